@@ -1,0 +1,151 @@
+/// An `AsyncSequence` that delivers every element to every subscriber: a
+/// 1-to-N broadcast for Swift Concurrency.
+///
+/// Producers call ``send(_:)`` (never waits) or ``emit(_:)`` (waits while a
+/// `.bounded` subscriber is full) from any thread or task. Each subscriber
+/// (each ``subscribe(bufferingPolicy:)`` call, and each `for await` loop over
+/// the sequence itself) has its own buffer and receives, in order, every
+/// element sent after it subscribed, as its ``BufferingPolicy`` allows.
+///
+/// ```swift
+/// let events = BroadcastSequence(of: AppEvent.self)
+///
+/// Task { for await event in events { updateUI(event) } }     // subscriber 1
+/// Task { for await event in events { log(event) } }          // subscriber 2
+///
+/// events.send(.message("hello"))
+/// events.finish()
+/// ```
+///
+/// Subscribing happens when the loop starts (`makeAsyncIterator()`). To be
+/// sure not to miss anything sent right after, subscribe first and iterate
+/// later:
+///
+/// ```swift
+/// let subscription = events.subscribe()
+/// Task { for await event in subscription { log(event) } }
+/// events.send(.message("not missed"))
+/// ```
+///
+/// The sequence finishes when ``finish()`` or ``finish(throwing:)`` is
+/// called, or when its last reference goes away; subscribers then drain
+/// what they hold and end.
+public final class BroadcastSequence<Element: Sendable, Failure: Error>: AsyncSequence, Sendable {
+    public typealias BufferingPolicy = BroadcastBufferingPolicy
+    public typealias AsyncIterator = Subscription.AsyncIterator
+
+    let storage: BroadcastStorage<Element, Failure>
+
+    /// Creates a broadcast sequence.
+    ///
+    /// - Parameters:
+    ///   - bufferingPolicy: The policy of subscribers that do not pick their
+    ///     own in ``subscribe(bufferingPolicy:)``.
+    ///   - replay: How many of the most recent elements a new subscriber
+    ///     receives first. `replay: 1` with a single `send` and `finish`
+    ///     makes a one-shot "ready" signal that late waiters still see.
+    ///
+    /// A negative `replay` or capacity, or `.bounded(0)`, traps.
+    public init(bufferingPolicy: BufferingPolicy = .unbounded, replay: Int = 0) {
+        precondition(replay >= 0, "AsyncBroadcast: replay must not be negative (got \(replay))")
+        bufferingPolicy.validate(argument: "bufferingPolicy")
+        storage = BroadcastStorage(defaultPolicy: bufferingPolicy, replay: replay)
+    }
+
+    /// Creates a broadcast sequence of `Element` values that can fail with `Failure`.
+    ///
+    /// ```swift
+    /// let downloads = BroadcastSequence(of: Data.self, throwing: NetworkError.self,
+    ///                                   bufferingPolicy: .bounded(64))
+    /// ```
+    public convenience init(of: Element.Type = Element.self, throwing: Failure.Type,
+                            bufferingPolicy: BufferingPolicy = .unbounded, replay: Int = 0) {
+        self.init(bufferingPolicy: bufferingPolicy, replay: replay)
+    }
+
+    deinit {
+        storage.finish(.finished)
+    }
+
+    // MARK: Producing
+
+    /// Hands `element` to every current subscriber, according to each one's
+    /// policy, without waiting. A full `.bounded` subscriber still receives
+    /// it (only ``emit(_:)`` waits). After `finish`, delivers nothing and
+    /// returns a result with `isFinished == true`.
+    @discardableResult
+    public func send(_ element: Element) -> BroadcastSendResult {
+        storage.send(element)
+    }
+
+    /// Waits while any live `.bounded(n)` subscriber holds `n` or more unread
+    /// elements, then delivers like ``send(_:)``.
+    ///
+    /// Returns at once when there is room. Waiting emitters are served in
+    /// arrival order. A subscriber that ends releases the emitters waiting on
+    /// it; `finish` releases them with an `isFinished` result.
+    ///
+    /// - Throws: `CancellationError` if the task is cancelled while waiting;
+    ///   then no subscriber receives the element.
+    @discardableResult
+    public func emit(_ element: Element) async throws(CancellationError) -> BroadcastSendResult {
+        try await storage.emit(element)
+    }
+
+    /// Ends the sequence. Each subscriber receives what it already holds,
+    /// then `nil`. Only the first `finish` or `finish(throwing:)` counts.
+    public func finish() {
+        storage.finish(.finished)
+    }
+
+    /// Ends the sequence with `error`. Each subscriber receives what it
+    /// already holds, then throws `error` once, then returns `nil`. Only the
+    /// first `finish` or `finish(throwing:)` counts.
+    public func finish(throwing error: Failure) {
+        storage.finish(.failed(error))
+    }
+
+    /// The number of subscribers that have not ended.
+    ///
+    /// After `finish`, subscribers count until they have drained their
+    /// buffers (or are cancelled or released).
+    public var subscriberCount: Int { storage.subscriberCount }
+
+    /// Whether `finish()` or `finish(throwing:)` has been called.
+    public var isFinished: Bool { storage.isFinished }
+
+    // MARK: Consuming
+
+    /// Registers a subscriber now: every element sent after this returns is
+    /// buffered for it, whether or not it is iterated yet.
+    ///
+    /// - Parameter bufferingPolicy: This subscriber's policy; `nil` means the
+    ///   sequence's default.
+    ///
+    /// From a cancelled task, or after `finish`, the subscription yields the
+    /// replayed elements (if any), then ends (with the sequence's error, if
+    /// it failed).
+    public func subscribe(bufferingPolicy: BufferingPolicy? = nil) -> Subscription {
+        let policy = bufferingPolicy ?? storage.defaultPolicy
+        policy.validate(argument: "subscribe(bufferingPolicy:)")
+        return Subscription(core: storage.subscribe(policy: policy))
+    }
+
+    /// `subscribe().makeAsyncIterator()`: each `for await` loop over the
+    /// sequence is its own subscriber, starting when the loop starts.
+    public func makeAsyncIterator() -> Subscription.AsyncIterator {
+        subscribe().makeAsyncIterator()
+    }
+}
+
+extension BroadcastSequence where Failure == Never {
+    /// Creates a broadcast sequence that never fails.
+    ///
+    /// ```swift
+    /// let ticks = BroadcastSequence(of: Int.self, bufferingPolicy: .bufferingNewest(1))
+    /// ```
+    public convenience init(of: Element.Type = Element.self,
+                            bufferingPolicy: BufferingPolicy = .unbounded, replay: Int = 0) {
+        self.init(bufferingPolicy: bufferingPolicy, replay: replay)
+    }
+}

@@ -1,0 +1,84 @@
+extension BroadcastSequence {
+    /// One subscriber of a ``BroadcastSequence``: its own buffer, read by one
+    /// consumer.
+    ///
+    /// The subscriber ends, and is removed from the sequence at once, when
+    /// ``cancel()`` is called, when the subscription and all its iterators
+    /// are released, when the consuming task is cancelled, or when the
+    /// sequence finished and the buffer is drained.
+    ///
+    /// ```swift
+    /// let subscription = sequence.subscribe(bufferingPolicy: .bufferingOldest(3))
+    /// for await value in subscription { await slowWork(value) }
+    /// print("dropped", subscription.droppedCount)
+    /// ```
+    ///
+    /// One subscription has one consumer: calling `next()` concurrently from
+    /// two tasks on the same subscription traps.
+    public final class Subscription: AsyncSequence, Sendable {
+        let core: SubscriberCore<Element, Failure>
+
+        init(core: SubscriberCore<Element, Failure>) {
+            self.core = core
+        }
+
+        deinit {
+            core.cancel()
+        }
+
+        /// Iterators share this subscription's buffer and keep it alive.
+        public func makeAsyncIterator() -> AsyncIterator {
+            AsyncIterator(subscription: self)
+        }
+
+        /// Ends this subscriber now: it leaves the sequence, its buffer is
+        /// freed, and `next()` returns `nil` (also to a consumer waiting in
+        /// it). Idempotent.
+        public func cancel() {
+            core.cancel()
+        }
+
+        /// How many elements this subscriber's policy has dropped so far.
+        public var droppedCount: Int { core.droppedCount }
+
+        /// A non-suspending read, for tests and fuzzing: the next buffered
+        /// element, `.empty`, or the end.
+        @_spi(Testing)
+        public func poll() -> PollResult {
+            switch core.poll() {
+            case .element(let element): return .element(element)
+            case .empty: return .empty
+            case .end: return .end
+            case .failure(let error): return .failure(error)
+            }
+        }
+
+        @_spi(Testing)
+        public enum PollResult {
+            case element(Element)
+            case empty
+            case end
+            case failure(Failure)
+        }
+
+        /// Reads a ``Subscription``'s buffer, suspending while it is empty.
+        public struct AsyncIterator: AsyncIteratorProtocol {
+            let subscription: Subscription
+
+            /// The next element, or `nil` once the subscriber has ended.
+            ///
+            /// Throws the sequence's error once (after the buffer is drained)
+            /// if it finished with `finish(throwing:)`. Returns `nil`, never
+            /// throws, when the calling task is cancelled.
+            public mutating func next() async throws(Failure) -> Element? {
+                try await subscription.core.next(isolation: nil as (any Actor)?)
+            }
+
+            /// Like ``next()``, but runs on `actor` without hopping off it:
+            /// a `@MainActor` loop stays on the main actor.
+            public mutating func next(isolation actor: isolated (any Actor)?) async throws(Failure) -> Element? {
+                try await subscription.core.next(isolation: actor)
+            }
+        }
+    }
+}

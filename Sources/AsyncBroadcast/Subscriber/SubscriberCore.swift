@@ -1,0 +1,291 @@
+/// How a subscriber's stream ends, once it is decided.
+enum SubscriberTerminal<Failure: Error> {
+    /// The sequence finished: drain the buffer, then return `nil`.
+    case finished
+    /// The sequence failed: drain the buffer, throw once, then return `nil`.
+    case failed(Failure)
+    /// The consumer's task was cancelled: drain what is already buffered
+    /// (nothing new arrives), then return `nil` (as `AsyncStream` does).
+    case cancelled
+    /// The terminal event was delivered, or `cancel()` was called: `nil`.
+    case ended
+}
+
+/// What `offer` did with an element.
+enum OfferOutcome {
+    case delivered
+    /// Delivered to a `.bounded` subscriber that now holds its capacity or more.
+    case deliveredFull
+    /// Delivered to a full `.bufferingNewest` subscriber, evicting its oldest.
+    case deliveredEvicting
+    case dropped
+    /// The subscriber is ending: the element is neither delivered nor dropped.
+    case skipped
+}
+
+/// Result of a non-suspending look at a subscriber.
+enum PollOutcome<Element, Failure: Error> {
+    case element(Element)
+    case empty
+    case end
+    case failure(Failure)
+}
+
+/// One subscriber: its ring buffer, its terminal event, and the parked
+/// consumer's continuation.
+///
+/// ## Synchronization
+/// - `lock` (this subscriber's own mutex, never shared with other
+///   subscribers) guards `ring`, `terminal` and `dropped`. Producers take it
+///   while already holding the sequence lock (order: sequence, then
+///   subscriber); the consumer takes it alone.
+/// - `parkState` guards the hand-off of `continuation` between the consumer,
+///   producers and the task-cancellation handler, which takes no lock at all:
+///
+///   ```
+///   idle ──park (consumer, under lock)──▶ parked ──wake (CAS, under lock)──▶ idle
+///     │                                      │
+///     └──cancel handler──▶ cancelled ◀───────┘ cancel handler (fetch-or) wins
+///   ```
+///   Whoever moves the word out of `parked` owns the continuation and resumes
+///   it, exactly once, after releasing every lock. `cancelled` is a
+///   tombstone: a park that comes after it resumes at once, and producers
+///   skip the subscriber.
+/// - `registryIndex`, `fullIndex` are guarded by the sequence lock.
+final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendable {
+    static var idle: Int { 0 }
+    static var parked: Int { 1 }
+    static var cancelledBit: Int { 2 }
+
+    let policy: BroadcastBufferingPolicy
+    /// `nil` for a subscription that was never registered (subscribed from a
+    /// cancelled task or after `finish`).
+    let storage: BroadcastStorage<Element, Failure>?
+
+    private let lock = Lock()
+    private let parkState = AtomicInt(0)
+    private var continuation: UnsafeContinuation<Wake<Element>, Never>?
+    private var ring: RingBuffer<Element>
+    private var terminal: SubscriberTerminal<Failure>?
+    private var dropped = 0
+
+    /// Position in the sequence's registry, or `nil` once removed.
+    var registryIndex: Int?
+    /// Position in the sequence's list of full `.bounded` subscribers.
+    var fullIndex: Int?
+
+    /// For `.bounded(n)`: `n`; otherwise `Int.max`.
+    private let boundedCapacity: Int
+
+    init(policy: BroadcastBufferingPolicy, storage: BroadcastStorage<Element, Failure>?) {
+        self.policy = policy
+        self.storage = storage
+        self.ring = RingBuffer(initialCapacity: policy.initialStorageCapacity)
+        if case .bounded(let n) = policy { boundedCapacity = n } else { boundedCapacity = .max }
+    }
+
+    deinit {
+        // Every path that parks also resumes before the last reference goes.
+        assert(continuation == nil)
+        lock.destroy()
+        parkState.destroy()
+    }
+
+    // MARK: Producer side (called with the sequence lock held)
+
+    /// Hands `element` to this subscriber according to its policy.
+    func offer(_ element: Element, effects: inout Effects<Element>) -> OfferOutcome {
+        lock.lock()
+        defer { lock.unlock() }
+        if terminal != nil { return .skipped }
+        let state = parkState.loadAcquire()
+        if state & Self.cancelledBit != 0 { return .skipped }
+        if state == Self.parked {
+            #if !ASYNCBROADCAST_FAULT_SKIP_WAKE
+            // Parked implies an empty buffer: hand the element over directly.
+            guard parkState.compareExchange(expected: Self.parked, desired: Self.idle).exchanged else {
+                return .skipped  // the cancellation handler won the continuation
+            }
+            effects.resume(takeContinuation(), with: .element(element))
+            return .delivered
+            #endif
+        }
+        switch policy {
+        case .unbounded:
+            ring.append(element)
+            return .delivered
+        case .bounded:
+            ring.append(element)
+            return ring.count >= boundedCapacity ? .deliveredFull : .delivered
+        case .bufferingOldest(let limit):
+            guard ring.count < limit else {
+                dropped += 1
+                return .dropped
+            }
+            ring.append(element)
+            return .delivered
+        case .bufferingNewest(let limit):
+            guard limit > 0 else {
+                dropped += 1
+                return .dropped
+            }
+            guard ring.count >= limit else {
+                ring.append(element)
+                return .delivered
+            }
+            effects.release(ring.popFirst().unsafelyUnwrapped)
+            #if !ASYNCBROADCAST_FAULT_MISCOUNT_EVICTION
+            dropped += 1
+            #else
+            if ring.capacity != limit { dropped += 1 }
+            #endif
+            ring.append(element)
+            return .deliveredEvicting
+        }
+    }
+
+    /// Records the sequence's terminal event and wakes a parked consumer.
+    func finish(_ event: SubscriberTerminal<Failure>, effects: inout Effects<Element>) {
+        lock.lock()
+        defer { lock.unlock() }
+        if terminal == nil { terminal = event }
+        if parkState.compareExchange(expected: Self.parked, desired: Self.idle).exchanged {
+            effects.resume(takeContinuation(), with: .retry)
+        }
+    }
+
+    /// `true` if this `.bounded` subscriber holds fewer than its capacity.
+    func hasRoom() -> Bool {
+        lock.withLock { ring.count < boundedCapacity }
+    }
+
+    // MARK: Consumer side
+
+    var droppedCount: Int { lock.withLock { dropped } }
+
+    /// Ends the subscriber at once: unregisters it, frees its buffer and wakes
+    /// a parked consumer, which then returns `nil`.
+    func cancel() {
+        storage?.remove(self)
+        var effects = Effects<Element>()
+        lock.lock()
+        terminal = .ended
+        let discarded = ring.takeAll()
+        if parkState.compareExchange(expected: Self.parked, desired: Self.idle).exchanged {
+            effects.resume(takeContinuation(), with: .retry)
+        }
+        lock.unlock()
+        _ = consume discarded  // element deinitializers run here, unlocked
+        effects.run()
+    }
+
+    /// The consumer's task is cancelled: stop receiving, keep what is buffered.
+    private func endForTaskCancellation() {
+        storage?.remove(self)
+        lock.withLock {
+            if terminal == nil { terminal = .cancelled }
+        }
+    }
+
+    /// One non-suspending step: an element, the end, or `.empty`.
+    func poll() -> PollOutcome<Element, Failure> {
+        lock.lock()
+        if let element = ring.popFirst() {
+            let crossedBelowCapacity = ring.count == boundedCapacity - 1
+            lock.unlock()
+            if crossedBelowCapacity { storage?.boundedSubscriberMayHaveRoom() }
+            return .element(element)
+        }
+        guard let event = terminal else {
+            lock.unlock()
+            return .empty
+        }
+        terminal = .ended
+        lock.unlock()
+        switch event {
+        case .ended:
+            return .end
+        case .finished, .cancelled:
+            storage?.remove(self)
+            return .end
+        case .failed(let error):
+            storage?.remove(self)
+            return .failure(error)
+        }
+    }
+
+    func next(isolation actor: isolated (any Actor)?) async throws(Failure) -> Element? {
+        if Task.isCancelled { endForTaskCancellation() }
+        while true {
+            switch poll() {
+            case .element(let element): return element
+            case .end: return nil
+            case .failure(let error): throw error
+            case .empty: break
+            }
+            let wake = await withTaskCancellationHandler {
+                await withUnsafeContinuation(isolation: actor) { (continuation: UnsafeContinuation<Wake<Element>, Never>) in
+                    self.park(continuation)
+                }
+            } onCancel: {
+                self.cancelWhileParked()
+            }
+            switch wake {
+            case .element(let element): return element
+            case .retry: continue
+            case .cancelled: endForTaskCancellation()
+            }
+        }
+    }
+
+    /// Stores the continuation, unless the buffer refilled or the subscriber
+    /// ended meanwhile (then it resumes at once). Runs inside
+    /// `withUnsafeContinuation`, so the lock is only held within this call,
+    /// never across the suspension (swiftlang/swift#85668).
+    private func park(_ newContinuation: UnsafeContinuation<Wake<Element>, Never>) {
+        lock.lock()
+        if !ring.isEmpty || terminal != nil {
+            lock.unlock()
+            newContinuation.resume(returning: .retry)
+            return
+        }
+        let state = parkState.loadAcquire()
+        precondition(state & Self.parked == 0,
+                     "AsyncBroadcast: concurrent next() calls on one Subscription; a subscription has exactly one consumer")
+        continuation = newContinuation
+        // Publishes `continuation` (release) to whoever moves us out of `parked`.
+        guard parkState.compareExchange(expected: Self.idle, desired: Self.parked).exchanged else {
+            // The cancellation tombstone is set: resume at once.
+            continuation = nil
+            lock.unlock()
+            newContinuation.resume(returning: .cancelled)
+            return
+        }
+        lock.unlock()
+    }
+
+    /// The task-cancellation handler. Takes no lock: it runs while the
+    /// runtime holds the task's status lock.
+    private func cancelWhileParked() {
+        let previous = parkState.fetchOrAcquiringAndReleasing(Self.cancelledBit)
+        guard previous == Self.parked else { return }
+        // We moved the word out of `parked`: the continuation is ours. Its
+        // store happened before the CAS to `parked` that we just acquired,
+        // and nobody else touches it once the word has left `parked`.
+        let continuation = takeContinuation()
+        parkState.storeRelease(Self.cancelledBit)
+        continuation.resume(returning: .cancelled)
+    }
+
+    private func takeContinuation() -> UnsafeContinuation<Wake<Element>, Never> {
+        let taken = continuation.unsafelyUnwrapped
+        continuation = nil
+        return taken
+    }
+
+    // MARK: Setup (before the subscriber is visible to other threads)
+
+    func setTerminal(_ event: SubscriberTerminal<Failure>) {
+        lock.withLock { terminal = event }
+    }
+}

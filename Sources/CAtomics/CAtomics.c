@@ -1,0 +1,1 @@
+// Everything lives in include/CAtomics.h as static inline functions.

@@ -1,0 +1,140 @@
+// CAtomics: the only synchronization primitives AsyncBroadcast uses.
+//
+// C11 <stdatomic.h> and an OS mutex behind `static inline` functions, so the
+// Swift library can run where the `Synchronization` module is unavailable
+// (before macOS 15 / iOS 18) and so ThreadSanitizer sees every
+// synchronization edge (it does not see Synchronization.Mutex's futex on
+// Linux). Every operation names its memory order.
+//
+// Objects are heap-allocated here and handed to Swift as pointers: Swift must
+// never move an atomic or a mutex, and a C allocation has a stable address.
+#ifndef CATOMICS_H
+#define CATOMICS_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#if defined(__APPLE__)
+#include <os/lock.h>
+#else
+#include <pthread.h>
+#endif
+
+// MARK: - Atomic word
+
+typedef struct cab_atomic_int {
+    _Atomic(intptr_t) value;
+} cab_atomic_int;
+
+static inline cab_atomic_int *_Nonnull cab_atomic_int_create(intptr_t initial) {
+    cab_atomic_int *a = (cab_atomic_int *)malloc(sizeof(cab_atomic_int));
+    if (a == NULL) abort();
+    atomic_init(&a->value, initial);
+    return a;
+}
+
+static inline void cab_atomic_int_destroy(cab_atomic_int *_Nonnull a) { free(a); }
+
+static inline intptr_t cab_atomic_int_load_relaxed(cab_atomic_int *_Nonnull a) {
+    return atomic_load_explicit(&a->value, memory_order_relaxed);
+}
+
+static inline intptr_t cab_atomic_int_load_acquire(cab_atomic_int *_Nonnull a) {
+    return atomic_load_explicit(&a->value, memory_order_acquire);
+}
+
+static inline intptr_t cab_atomic_int_load_seq_cst(cab_atomic_int *_Nonnull a) {
+    return atomic_load_explicit(&a->value, memory_order_seq_cst);
+}
+
+static inline void cab_atomic_int_store_relaxed(cab_atomic_int *_Nonnull a, intptr_t v) {
+    atomic_store_explicit(&a->value, v, memory_order_relaxed);
+}
+
+static inline void cab_atomic_int_store_release(cab_atomic_int *_Nonnull a, intptr_t v) {
+    atomic_store_explicit(&a->value, v, memory_order_release);
+}
+
+static inline void cab_atomic_int_store_seq_cst(cab_atomic_int *_Nonnull a, intptr_t v) {
+    atomic_store_explicit(&a->value, v, memory_order_seq_cst);
+}
+
+static inline intptr_t cab_atomic_int_exchange_acq_rel(cab_atomic_int *_Nonnull a, intptr_t v) {
+    return atomic_exchange_explicit(&a->value, v, memory_order_acq_rel);
+}
+
+/// Strong compare-exchange. Returns true on success; on failure `*expected`
+/// receives the current value.
+static inline bool cab_atomic_int_cas_acq_rel(cab_atomic_int *_Nonnull a,
+                                              intptr_t *_Nonnull expected,
+                                              intptr_t desired) {
+    return atomic_compare_exchange_strong_explicit(
+        &a->value, expected, desired, memory_order_acq_rel, memory_order_acquire);
+}
+
+static inline intptr_t cab_atomic_int_fetch_or_acq_rel(cab_atomic_int *_Nonnull a, intptr_t v) {
+    return atomic_fetch_or_explicit(&a->value, v, memory_order_acq_rel);
+}
+
+static inline intptr_t cab_atomic_int_fetch_add_relaxed(cab_atomic_int *_Nonnull a, intptr_t v) {
+    return atomic_fetch_add_explicit(&a->value, v, memory_order_relaxed);
+}
+
+static inline intptr_t cab_atomic_int_fetch_add_acq_rel(cab_atomic_int *_Nonnull a, intptr_t v) {
+    return atomic_fetch_add_explicit(&a->value, v, memory_order_acq_rel);
+}
+
+static inline intptr_t cab_atomic_int_fetch_sub_acq_rel(cab_atomic_int *_Nonnull a, intptr_t v) {
+    return atomic_fetch_sub_explicit(&a->value, v, memory_order_acq_rel);
+}
+
+// MARK: - Mutex
+//
+// A real OS lock (pthread mutex / os_unfair_lock): waiters sleep in the
+// kernel instead of spinning on the cooperative pool.
+
+typedef struct cab_lock {
+#if defined(__APPLE__)
+    os_unfair_lock lock;
+#else
+    pthread_mutex_t lock;
+#endif
+} cab_lock;
+
+static inline cab_lock *_Nonnull cab_lock_create(void) {
+    cab_lock *l = (cab_lock *)malloc(sizeof(cab_lock));
+    if (l == NULL) abort();
+#if defined(__APPLE__)
+    l->lock = OS_UNFAIR_LOCK_INIT;
+#else
+    if (pthread_mutex_init(&l->lock, NULL) != 0) abort();
+#endif
+    return l;
+}
+
+static inline void cab_lock_destroy(cab_lock *_Nonnull l) {
+#if !defined(__APPLE__)
+    pthread_mutex_destroy(&l->lock);
+#endif
+    free(l);
+}
+
+static inline void cab_lock_lock(cab_lock *_Nonnull l) {
+#if defined(__APPLE__)
+    os_unfair_lock_lock(&l->lock);
+#else
+    if (pthread_mutex_lock(&l->lock) != 0) abort();
+#endif
+}
+
+static inline void cab_lock_unlock(cab_lock *_Nonnull l) {
+#if defined(__APPLE__)
+    os_unfair_lock_unlock(&l->lock);
+#else
+    if (pthread_mutex_unlock(&l->lock) != 0) abort();
+#endif
+}
+
+#endif /* CATOMICS_H */
