@@ -21,6 +21,11 @@ let package = Package(
             dependencies: ["AsyncBroadcast"],
             swiftSettings: [.swiftLanguageMode(.v6)]
         ),
+        .executableTarget(
+            name: "broadcast-stress",
+            dependencies: ["AsyncBroadcast"],
+            swiftSettings: [.swiftLanguageMode(.v6)]
+        ),
         .testTarget(
             name: "AsyncBroadcastTests",
             dependencies: ["AsyncBroadcast"],
