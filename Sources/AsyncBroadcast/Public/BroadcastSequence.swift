@@ -114,6 +114,10 @@ public final class BroadcastSequence<Element: Sendable, Failure: Error>: AsyncSe
     /// Whether `finish()` or `finish(throwing:)` has been called.
     public var isFinished: Bool { storage.isFinished }
 
+    /// How many `emit` calls are suspended waiting for room (for tests).
+    @_spi(Testing)
+    public var waitingEmitterCount: Int { storage.waitingEmitterCount }
+
     // MARK: Consuming
 
     /// Registers a subscriber now: every element sent after this returns is

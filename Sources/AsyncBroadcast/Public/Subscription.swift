@@ -53,6 +53,11 @@ extension BroadcastSequence {
             }
         }
 
+        /// Whether this subscription's consumer is suspended in `next()` now.
+        /// Lets tests wait for an exact state instead of sleeping.
+        @_spi(Testing)
+        public var isConsumerWaiting: Bool { core.isConsumerParked }
+
         @_spi(Testing)
         public enum PollResult {
             case element(Element)

@@ -35,6 +35,7 @@ struct BroadcastState<Element: Sendable, Failure: Error>: ~Copyable {
     }
 
     var hasWaitingEmitters: Bool { !emitters.isEmpty }
+    var waitingEmitterCount: Int { emitters.count }
 
     // MARK: Subscribing
 

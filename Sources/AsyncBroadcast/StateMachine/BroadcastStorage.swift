@@ -30,6 +30,7 @@ final class BroadcastStorage<Element: Sendable, Failure: Error>: @unchecked Send
 
     var subscriberCount: Int { lock.withLock { state.subscribers.count } }
     var isFinished: Bool { lock.withLock { state.terminal != nil } }
+    var waitingEmitterCount: Int { lock.withLock { state.waitingEmitterCount } }
 
     // MARK: Subscribers
 

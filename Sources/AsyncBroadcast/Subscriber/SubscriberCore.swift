@@ -163,6 +163,11 @@ final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendab
 
     var droppedCount: Int { lock.withLock { dropped } }
 
+    var isBufferEmpty: Bool { lock.withLock { ring.isEmpty } }
+
+    /// Whether a consumer is suspended in `next()` right now (for tests).
+    var isConsumerParked: Bool { parkState.loadAcquire() == Self.parked }
+
     /// Ends the subscriber at once: unregisters it, frees its buffer and wakes
     /// a parked consumer, which then returns `nil`.
     func cancel() {

@@ -1,0 +1,103 @@
+import Testing
+@_spi(Testing) @testable import AsyncBroadcast
+
+@Suite struct FinishTests {
+    @Test func subscribersDrainTheirBufferThenEnd() async throws {
+        let sequence = BroadcastSequence(of: Int.self)
+        let subscription = sequence.subscribe()
+        for i in 1...3 { sequence.send(i) }
+        sequence.finish()
+        #expect(sequence.isFinished)
+        #expect(try await drain(subscription) == [1, 2, 3])
+        var iterator = subscription.makeAsyncIterator()
+        #expect(await iterator.next() == nil)
+    }
+
+    @Test func finishThrowingThrowsOnceAfterTheBufferThenNil() async throws {
+        let sequence = BroadcastSequence(of: Int.self, throwing: TestError.self)
+        let subscription = sequence.subscribe()
+        sequence.send(1)
+        sequence.finish(throwing: TestError(code: 1))
+        var iterator = subscription.makeAsyncIterator()
+        #expect(try await iterator.next() == 1)
+        await #expect(throws: TestError(code: 1)) { _ = try await iterator.next() }
+        #expect(try await iterator.next() == nil)
+        #expect(try await iterator.next() == nil)
+    }
+
+    @Test func firstFinishWins() async throws {
+        let sequence = BroadcastSequence(of: Int.self, throwing: TestError.self)
+        let subscription = sequence.subscribe()
+        sequence.finish()
+        sequence.finish(throwing: TestError(code: 2))
+        var iterator = subscription.makeAsyncIterator()
+        #expect(try await iterator.next() == nil)
+
+        let failing = BroadcastSequence(of: Int.self, throwing: TestError.self)
+        let failingSubscription = failing.subscribe()
+        failing.finish(throwing: TestError(code: 3))
+        failing.finish(throwing: TestError(code: 4))
+        failing.finish()
+        var failingIterator = failingSubscription.makeAsyncIterator()
+        await #expect(throws: TestError(code: 3)) { _ = try await failingIterator.next() }
+    }
+
+    @Test func finishWakesParkedConsumers() async throws {
+        let sequence = BroadcastSequence(of: Int.self, throwing: TestError.self)
+        let subscriptions = (0..<4).map { _ in sequence.subscribe() }
+        let readers = subscriptions.map { subscription in
+            Task { () -> String in
+                do {
+                    for try await _ in subscription {}
+                    return "nil"
+                } catch { return "threw \((error as? TestError)?.code ?? -1)" }
+            }
+        }
+        for subscription in subscriptions {
+            try await waitUntil("parked") { subscription.isConsumerWaiting }
+        }
+        sequence.finish(throwing: TestError(code: 9))
+        for reader in readers {
+            #expect(try await withDeadline("woken by finish") { await reader.value } == "threw 9")
+        }
+        #expect(sequence.subscriberCount == 0)
+    }
+
+    @Test func sendAfterFinishReportsIsFinished() async throws {
+        let sequence = BroadcastSequence(of: Int.self)
+        let subscription = sequence.subscribe()
+        sequence.finish()
+        #expect(sequence.send(1) == BroadcastSendResult(delivered: 0, dropped: 0, isFinished: true))
+        #expect(try await sequence.emit(1) == BroadcastSendResult(delivered: 0, dropped: 0, isFinished: true))
+        #expect(try await drain(subscription) == [])
+    }
+
+    @Test func subscribingAfterFinishEndsAtOnce() async throws {
+        let sequence = BroadcastSequence(of: Int.self)
+        sequence.send(1)
+        sequence.finish()
+        let subscription = sequence.subscribe()
+        #expect(sequence.subscriberCount == 0)
+        #expect(try await drain(subscription) == [])
+    }
+
+    @Test func lastReferenceGoingAwayFinishesAndWakesWaitingConsumers() async throws {
+        var sequence: BroadcastSequence<Int, Never>? = BroadcastSequence(of: Int.self)
+        let subscription = sequence!.subscribe()
+        let reader = Task { try await drain(subscription) }
+        sequence!.send(1)
+        try await waitUntil("consumer parked") { subscription.isConsumerWaiting }
+        sequence = nil
+        #expect(try await withDeadline("consumer ended by deinit") { try await reader.value } == [1])
+    }
+
+    @Test func finishedSubscribersCountUntilDrained() async throws {
+        let sequence = BroadcastSequence(of: Int.self)
+        let subscription = sequence.subscribe()
+        sequence.send(1)
+        sequence.finish()
+        #expect(sequence.subscriberCount == 1)
+        #expect(try await drain(subscription) == [1])
+        #expect(sequence.subscriberCount == 0)
+    }
+}

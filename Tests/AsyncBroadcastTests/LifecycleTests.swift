@@ -1,0 +1,136 @@
+import Testing
+@_spi(Testing) @testable import AsyncBroadcast
+
+@Suite struct LifecycleTests {
+    @Test func subscriberCountReturnsToZeroAfterCancel() {
+        let sequence = BroadcastSequence(of: Int.self)
+        let subscription = sequence.subscribe()
+        #expect(sequence.subscriberCount == 1)
+        subscription.cancel()
+        #expect(sequence.subscriberCount == 0)
+        subscription.cancel()  // idempotent
+        #expect(sequence.send(1).delivered == 0)
+    }
+
+    @Test func subscriberCountReturnsToZeroWhenAnUnreadSubscriptionIsDropped() {
+        let sequence = BroadcastSequence(of: Int.self)
+        do {
+            let subscription = sequence.subscribe()
+            sequence.send(1)
+            _ = subscription
+        }
+        #expect(sequence.subscriberCount == 0)
+    }
+
+    @Test func iteratorKeepsTheSubscriptionAlive() async {
+        let sequence = BroadcastSequence(of: Int.self)
+        var iterator = sequence.subscribe().makeAsyncIterator()
+        #expect(sequence.subscriberCount == 1)
+        sequence.send(5)
+        #expect(await iterator.next() == 5)
+        _ = consume iterator
+        #expect(sequence.subscriberCount == 0)
+    }
+
+    @Test func subscriberCountReturnsToZeroAfterTaskCancellation() async throws {
+        let sequence = BroadcastSequence(of: Int.self)
+        let subscription = sequence.subscribe()
+        let consumer = Task { try await drain(subscription) }
+        try await waitUntil("parked") { subscription.isConsumerWaiting }
+        consumer.cancel()
+        #expect(try await withDeadline("cancelled consumer") { try await consumer.value } == [])
+        #expect(sequence.subscriberCount == 0)
+    }
+
+    @Test func cancelWakesAParkedConsumerWithNil() async throws {
+        let sequence = BroadcastSequence(of: Int.self, throwing: TestError.self)
+        let subscription = sequence.subscribe()
+        let consumer = Task { () async throws -> Int? in
+            var iterator = subscription.makeAsyncIterator()
+            return try await iterator.next()
+        }
+        try await waitUntil("parked") { subscription.isConsumerWaiting }
+        subscription.cancel()
+        #expect(try await withDeadline("woken by cancel()") { try await consumer.value } == nil)
+    }
+
+    @Test func cancelFreesTheBufferAtOnce() {
+        let counter = LiveCounter()
+        let sequence = BroadcastSequence(of: Payload.self)
+        let subscription = sequence.subscribe()
+        for i in 0..<100 { sequence.send(Payload(i, counter)) }
+        #expect(counter.live == 100)
+        subscription.cancel()
+        #expect(counter.live == 0)
+        #expect(subscription.poll().isEnd)
+    }
+
+    @Test func droppingEverythingReleasesEveryElement() async throws {
+        let counter = LiveCounter()
+        do {
+            let sequence = BroadcastSequence(of: Payload.self, bufferingPolicy: .bufferingNewest(3), replay: 2)
+            let a = sequence.subscribe()
+            let b = sequence.subscribe(bufferingPolicy: .unbounded)
+            for i in 0..<50 { sequence.send(Payload(i, counter)) }
+            _ = a.poll()
+            _ = (a, b)
+        }
+        #expect(counter.live == 0)
+    }
+
+    @Test func nextFromACancelledTaskReturnsNilAlsoForThrowingSequences() async throws {
+        let sequence = BroadcastSequence(of: Int.self, throwing: TestError.self)
+        let subscription = sequence.subscribe()
+        let result = try await withDeadline("next from cancelled task") {
+            try await Task { () async throws -> Int? in
+                withUnsafeCurrentTask { $0?.cancel() }
+                var iterator = subscription.makeAsyncIterator()
+                return try await iterator.next()
+            }.value
+        }
+        #expect(result == nil)
+        #expect(sequence.subscriberCount == 0)
+        #expect(sequence.send(1).delivered == 0)
+    }
+
+    @Test func cancelledConsumerStillReturnsWhatItAlreadyHeld() async throws {
+        // Like AsyncStream: cancellation stops new elements; held ones drain.
+        let sequence = BroadcastSequence(of: Int.self)
+        let subscription = sequence.subscribe()
+        sequence.send(1)
+        sequence.send(2)
+        let result = try await withDeadline("drain after cancellation") {
+            await Task { () -> [Int] in
+                withUnsafeCurrentTask { $0?.cancel() }
+                var received: [Int] = []
+                for await value in subscription { received.append(value) }
+                return received
+            }.value
+        }
+        #expect(result == [1, 2])
+        #expect(sequence.send(3).delivered == 0)
+    }
+
+    @Test func anEndedSubscriberNeverAffectsOthers() async throws {
+        let sequence = BroadcastSequence(of: Int.self)
+        let leaving = sequence.subscribe(bufferingPolicy: .bounded(1))
+        let staying = sequence.subscribe()
+        sequence.send(1)
+        leaving.cancel()
+        try await sequence.emit(2)  // would wait if the cancelled one still counted
+        #expect(pollAll(staying) == [1, 2])
+    }
+
+    @Test func manyParkedConsumersAllWake() async throws {
+        let sequence = BroadcastSequence(of: Int.self)
+        let subscriptions = (0..<64).map { _ in sequence.subscribe() }
+        let readers = subscriptions.map { subscription in Task { try await take(1, from: subscription) } }
+        for subscription in subscriptions { try await waitUntil("parked") { subscription.isConsumerWaiting } }
+        #expect(sequence.send(1).delivered == 64)
+        for reader in readers { #expect(try await reader.value == [1]) }
+    }
+}
+
+extension BroadcastSequence.Subscription.PollResult {
+    var isEnd: Bool { if case .end = self { return true } else { return false } }
+}
