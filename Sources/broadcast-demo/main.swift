@@ -1,44 +1,43 @@
-// broadcast-demo: one producer fans 20 events out to four subscribers with
+// broadcast-demo: one producer fans events out to four subscribers with
 // different buffering policies, then prints what each received and dropped.
+//
+//   swift run -c release broadcast-demo
 import AsyncBroadcast
 
-enum AppEvent: Sendable, CustomStringConvertible {
-    case message(Int)
-    var description: String {
-        switch self { case .message(let n): return "event-\(n)" }
-    }
-}
+let events = BroadcastSequence(of: Int.self, bufferingPolicy: .bufferingNewest(10))
 
-let events = BroadcastSequence(of: AppEvent.self, bufferingPolicy: .bufferingNewest(10), replay: 0)
-
-// Subscribe before sending so nobody misses the first element.
-let subscribers: [(name: String, subscription: BroadcastSequence<AppEvent, Never>.Subscription)] = [
-    ("ui      (default .bufferingNewest(10))", events.subscribe()),
-    ("logger  (.unbounded)", events.subscribe(bufferingPolicy: .unbounded)),
-    ("slow    (.bufferingOldest(3))", events.subscribe(bufferingPolicy: .bufferingOldest(3))),
-    ("metrics (.bounded(4), paced by emit)", events.subscribe(bufferingPolicy: .bounded(4))),
+// Subscribe before sending: every element sent after `subscribe` returns is
+// buffered for the subscriber, even before it starts iterating.
+let subscribers: [(name: String, subscription: BroadcastSequence<Int, Never>.Subscription)] = [
+    ("ui      .bufferingNewest(10) (default)", events.subscribe()),
+    ("logger  .unbounded", events.subscribe(bufferingPolicy: .unbounded)),
+    ("preview .bufferingOldest(3)", events.subscribe(bufferingPolicy: .bufferingOldest(3))),
+    ("metrics .bounded(4)", events.subscribe(bufferingPolicy: .bounded(4))),
 ]
 
+// Phase 1: a burst of 20 `send`s while nobody reads. `send` never waits:
+// dropping policies drop, `.bounded` over-fills rather than lose anything.
+for event in 1...20 {
+    events.send(event)
+}
+
+// Phase 2: consumers start; 20 more events go out through `emit`, which
+// waits whenever the `.bounded(4)` subscriber holds 4 unread events.
 let consumers = subscribers.map { entry in
-    Task { () -> (String, [String], Int) in
-        var received: [String] = []
-        for await event in entry.subscription {
-            received.append(event.description)
-        }
+    Task { () -> (String, [Int], Int) in
+        var received: [Int] = []
+        for await event in entry.subscription { received.append(event) }
         return (entry.name, received, entry.subscription.droppedCount)
     }
 }
-
-// `emit` waits while the .bounded(4) subscriber holds 4 unread events, so it
-// never loses one; the dropping subscribers may lose some if they fall behind.
-for n in 1...20 {
-    try await events.emit(.message(n))
+for event in 21...40 {
+    try await events.emit(event)
 }
 events.finish()
 
 for consumer in consumers {
     let (name, received, dropped) = await consumer.value
     print("\(name): received \(received.count), dropped \(dropped)")
-    print("    \(received.joined(separator: " "))")
+    print("    \(received.map(String.init).joined(separator: " "))")
 }
-print("subscribers left: \(events.subscriberCount)")
+print("subscribers left after finish: \(events.subscriberCount)")

@@ -13,8 +13,9 @@ extension BroadcastSequence {
     /// print("dropped", subscription.droppedCount)
     /// ```
     ///
-    /// One subscription has one consumer: calling `next()` concurrently from
-    /// two tasks on the same subscription traps.
+    /// One subscription has one consumer. Concurrent `next()` calls never
+    /// corrupt its buffer, but a second task suspending in `next()` while
+    /// another already waits there is a programmer error and traps.
     public final class Subscription: AsyncSequence, Sendable {
         let core: SubscriberCore<Element, Failure>
 
