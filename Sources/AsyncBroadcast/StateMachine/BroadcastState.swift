@@ -27,7 +27,10 @@ struct BroadcastState<Element: Sendable, Failure: Error>: ~Copyable {
     let replayLimit: Int
     private(set) var terminal: Terminal?
     /// Waiting emitters, in arrival order.
-    private var emitters: [EmitWaiter<Element>] = []
+    private var emitters: [PendingEmit<Element>] = []
+    /// Outcomes of queued emits decided before their continuation was stored.
+    private var decidedEmits: [Int: EmitOutcome] = [:]
+    private var nextEmitID = 0
 
     init(replayLimit: Int) {
         self.replayLimit = replayLimit
@@ -104,44 +107,67 @@ struct BroadcastState<Element: Sendable, Failure: Error>: ~Copyable {
         return result
     }
 
-    /// `true` when an `emit` may deliver now: nobody queued ahead of it and
+    /// `true` when a new `emit` may deliver now: nobody queued ahead of it and
     /// every `.bounded` subscriber has room.
     ///
     /// `emitterFlag` must already announce the check (see
     /// `BroadcastStorage.emittersWaiting`): a consumer that drains after our
     /// look at it then knows to call back.
-    mutating func emitterMayProceed(queuedAhead: Bool) -> Bool {
-        if queuedAhead && !emitters.isEmpty { return false }
+    mutating func emitterMayProceed() -> Bool {
+        if !emitters.isEmpty { return false }
         refreshFullSubscribers()
         return fullSubscribers.isEmpty
     }
 
-    mutating func enqueue(_ waiter: EmitWaiter<Element>) {
-        emitters.append(waiter)
+    /// Queues an emit that must wait; returns its ticket.
+    mutating func enqueueEmit(_ element: Element) -> Int {
+        let id = nextEmitID
+        nextEmitID += 1
+        emitters.append(PendingEmit(id: id, element: element, continuation: nil))
+        return id
     }
 
-    /// Removes a cancelled waiter; returns its continuation if it was queued.
-    mutating func cancel(_ waiter: EmitWaiter<Element>) -> UnsafeContinuation<EmitOutcome, Never>? {
-        guard let index = emitters.firstIndex(where: { $0 === waiter }) else {
-            waiter.isCancelled = true  // not queued yet (or already served)
-            return nil
+    /// Stores the emitter's continuation, or returns the outcome if the emit
+    /// was already served, cancelled or finished.
+    mutating func park(emit id: Int, _ continuation: UnsafeContinuation<EmitOutcome, Never>) -> EmitOutcome? {
+        if let outcome = decidedEmits.removeValue(forKey: id) { return outcome }
+        guard let index = emitters.firstIndex(where: { $0.id == id }) else {
+            preconditionFailure("AsyncBroadcast: emit \(id) is neither queued nor decided")
         }
-        emitters.remove(at: index)
-        let continuation = waiter.continuation
-        waiter.continuation = nil
-        return continuation
+        emitters[index].continuation = continuation
+        return nil
+    }
+
+    /// The emitter's task was cancelled: if it still waits, dequeue it.
+    mutating func cancelEmit(_ id: Int, effects: inout Effects<Element>) {
+        guard let index = emitters.firstIndex(where: { $0.id == id }) else { return }  // already decided
+        let entry = emitters.remove(at: index)
+        decide(entry, .cancelled, effects: &effects)
     }
 
     /// Delivers for queued emitters, oldest first, while every `.bounded`
     /// subscriber has room.
     mutating func serveEmitters(effects: inout Effects<Element>) {
-        while let waiter = emitters.first {
+        while !emitters.isEmpty {
             refreshFullSubscribers()
             guard fullSubscribers.isEmpty else { return }
-            emitters.removeFirst()
-            let result = deliver(waiter.element, effects: &effects)
-            effects.resume(waiter.continuation.unsafelyUnwrapped, with: .delivered(result))
-            waiter.continuation = nil
+            let entry = emitters.removeFirst()
+            #if ASYNCBROADCAST_FAULT_DROP_EMIT
+            let result = BroadcastSendResult()  // deliberate fault: claims success, delivers nothing
+            #else
+            let result = deliver(entry.element.unsafelyUnwrapped, effects: &effects)
+            #endif
+            decide(entry, .delivered(result), effects: &effects)
+        }
+    }
+
+    private mutating func decide(_ entry: consuming PendingEmit<Element>, _ outcome: EmitOutcome,
+                                 effects: inout Effects<Element>) {
+        if let element = entry.element.take() { effects.release(element) }
+        if let continuation = entry.continuation {
+            effects.resume(continuation, with: outcome)
+        } else {
+            decidedEmits[entry.id] = outcome
         }
     }
 
@@ -155,11 +181,9 @@ struct BroadcastState<Element: Sendable, Failure: Error>: ~Copyable {
         for subscriber in subscribers {
             subscriber.finish(event.subscriberTerminal, effects: &effects)
         }
-        for waiter in emitters {
-            effects.resume(waiter.continuation.unsafelyUnwrapped, with: .delivered(.finished))
-            waiter.continuation = nil
+        while !emitters.isEmpty {
+            decide(emitters.removeFirst(), .delivered(.finished), effects: &effects)
         }
-        emitters = []
     }
 
     // MARK: Full `.bounded` subscribers

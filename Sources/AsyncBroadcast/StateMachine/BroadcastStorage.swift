@@ -15,6 +15,8 @@ final class BroadcastStorage<Element: Sendable, Failure: Error>: @unchecked Send
     /// sequential consistency *before* the emitter looks at subscribers'
     /// buffers, so a consumer that drains after that look sees it set.
     private let emittersWaiting = AtomicInt(0)
+    /// Reused `Effects` storage, so steady-state sends allocate nothing.
+    let pool = EffectsPool<Element>()
 
     init(defaultPolicy: BroadcastBufferingPolicy, replay: Int) {
         self.defaultPolicy = defaultPolicy
@@ -24,6 +26,7 @@ final class BroadcastStorage<Element: Sendable, Failure: Error>: @unchecked Send
     deinit {
         lock.destroy()
         emittersWaiting.destroy()
+        pool.destroy()
     }
 
     // MARK: Queries
@@ -37,7 +40,7 @@ final class BroadcastStorage<Element: Sendable, Failure: Error>: @unchecked Send
     func subscribe(policy: BroadcastBufferingPolicy) -> SubscriberCore<Element, Failure> {
         let subscriber = SubscriberCore<Element, Failure>(policy: policy, storage: self)
         let fromCancelledTask = Task.isCancelled
-        var effects = Effects<Element>()
+        var effects = Effects(pool: pool)
         lock.withLock {
             state.subscribe(subscriber, fromCancelledTask: fromCancelledTask, effects: &effects)
         }
@@ -47,7 +50,7 @@ final class BroadcastStorage<Element: Sendable, Failure: Error>: @unchecked Send
 
     /// Unregisters an ending subscriber and releases emitters that waited on it.
     func remove(_ subscriber: SubscriberCore<Element, Failure>) {
-        var effects = Effects<Element>()
+        var effects = Effects(pool: pool)
         lock.withLock {
             state.remove(subscriber, effects: &effects)
             settleEmitterFlag()
@@ -58,7 +61,7 @@ final class BroadcastStorage<Element: Sendable, Failure: Error>: @unchecked Send
     /// A `.bounded` subscriber's buffer just dropped below capacity.
     func boundedSubscriberMayHaveRoom() {
         guard emittersWaiting.loadSequentiallyConsistent() != 0 else { return }
-        var effects = Effects<Element>()
+        var effects = Effects(pool: pool)
         lock.withLock {
             state.serveEmitters(effects: &effects)
             settleEmitterFlag()
@@ -69,7 +72,7 @@ final class BroadcastStorage<Element: Sendable, Failure: Error>: @unchecked Send
     // MARK: Producers
 
     func send(_ element: Element) -> BroadcastSendResult {
-        var effects = Effects<Element>()
+        var effects = Effects(pool: pool)
         lock.lock()
         guard state.terminal == nil else {
             lock.unlock()
@@ -82,59 +85,35 @@ final class BroadcastStorage<Element: Sendable, Failure: Error>: @unchecked Send
     }
 
     func emit(_ element: Element) async throws(CancellationError) -> BroadcastSendResult {
-        var effects = Effects<Element>()
+        var effects = Effects(pool: pool)
         lock.lock()
         if state.terminal != nil {
             lock.unlock()
             return .finished
         }
-        if !state.hasWaitingEmitters {
-            announceEmitterCheck()
-            if state.emitterMayProceed(queuedAhead: true) {
-                let result = state.deliver(element, effects: &effects)
-                settleEmitterFlag()
-                lock.unlock()
-                effects.run()
-                return result
-            }
+        announceEmitterCheck()
+        if state.emitterMayProceed() {
+            let result = state.deliver(element, effects: &effects)
+            settleEmitterFlag()
+            lock.unlock()
+            effects.run()
+            return result
         }
+        // Queue now, so arrival order is the order emits found no room.
+        let id = state.enqueueEmit(element)
         lock.unlock()
-        return try await emitSlowPath(element)
-    }
-
-    private func emitSlowPath(_ element: Element) async throws(CancellationError) -> BroadcastSendResult {
-        let waiter = EmitWaiter(element: element)
         let outcome = await withTaskCancellationHandler {
             await withUnsafeContinuation { (continuation: UnsafeContinuation<EmitOutcome, Never>) in
-                var effects = Effects<Element>()
-                let immediate: EmitOutcome?
-                lock.lock()
-                if waiter.isCancelled {
-                    immediate = .cancelled
-                } else if state.terminal != nil {
-                    immediate = .delivered(.finished)
-                } else {
-                    announceEmitterCheck()
-                    if state.emitterMayProceed(queuedAhead: true) {
-                        immediate = .delivered(state.deliver(element, effects: &effects))
-                    } else {
-                        waiter.continuation = continuation
-                        state.enqueue(waiter)
-                        immediate = nil
-                    }
-                    settleEmitterFlag()
-                }
-                lock.unlock()
-                effects.run()
-                if let immediate { continuation.resume(returning: immediate) }
+                let decided = lock.withLock { state.park(emit: id, continuation) }
+                if let decided { continuation.resume(returning: decided) }
             }
         } onCancel: {
-            let continuation = lock.withLock {
-                let continuation = state.cancel(waiter)
+            var effects = Effects(pool: pool)
+            lock.withLock {
+                state.cancelEmit(id, effects: &effects)
                 settleEmitterFlag()
-                return continuation
             }
-            continuation?.resume(returning: .cancelled)
+            effects.run()
         }
         switch outcome {
         case .delivered(let result): return result
@@ -155,7 +134,7 @@ final class BroadcastStorage<Element: Sendable, Failure: Error>: @unchecked Send
     // MARK: Finishing
 
     func finish(_ event: BroadcastState<Element, Failure>.Terminal) {
-        var effects = Effects<Element>()
+        var effects = Effects(pool: pool)
         lock.withLock {
             state.finish(event, effects: &effects)
             settleEmitterFlag()

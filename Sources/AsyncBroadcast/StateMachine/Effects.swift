@@ -21,33 +21,82 @@ enum EmitOutcome: Sendable {
 /// held can deadlock (against the runtime's task-status lock taken during
 /// cancellation, swift-async-algorithms PR 303) or re-enter the sequence from
 /// user code. So state transitions only *record* these effects; the caller
-/// runs them once every lock is released. The arrays allocate only when
-/// something is recorded, so a send with no wake-ups and no evictions
-/// allocates nothing.
+/// runs them once every lock is released.
+///
+/// Recording is allocation-free in steady state: the first record borrows a
+/// box from the storage's `EffectsPool` (its arrays keep their capacity) and
+/// `run()` returns it. A section that records nothing touches no box at all.
 struct Effects<Element: Sendable>: ~Copyable {
-    private var consumerWakes: [(UnsafeContinuation<Wake<Element>, Never>, Wake<Element>)] = []
-    private var emitterWakes: [(UnsafeContinuation<EmitOutcome, Never>, EmitOutcome)] = []
-    private var released: [Element] = []
+    private var box: EffectsBox<Element>?
+    private let pool: EffectsPool<Element>?
 
-    init() {}
+    init(pool: EffectsPool<Element>?) {
+        self.box = nil
+        self.pool = pool
+    }
+
+    private mutating func recordingBox() -> EffectsBox<Element> {
+        if let box { return box }
+        let fresh = pool?.take() ?? EffectsBox<Element>()
+        box = fresh
+        return fresh
+    }
 
     mutating func resume(_ continuation: UnsafeContinuation<Wake<Element>, Never>, with wake: Wake<Element>) {
-        consumerWakes.append((continuation, wake))
+        recordingBox().consumerWakes.append((continuation, wake))
     }
 
     mutating func resume(_ continuation: UnsafeContinuation<EmitOutcome, Never>, with outcome: EmitOutcome) {
-        emitterWakes.append((continuation, outcome))
+        recordingBox().emitterWakes.append((continuation, outcome))
     }
 
     /// Keeps `element` alive until `run()`, so its deinitializer runs unlocked.
     mutating func release(_ element: consuming Element) {
-        released.append(element)
+        recordingBox().released.append(element)
     }
 
     /// Runs the recorded effects. Call with no lock held.
     consuming func run() {
-        for (continuation, wake) in consumerWakes { continuation.resume(returning: wake) }
-        for (continuation, outcome) in emitterWakes { continuation.resume(returning: outcome) }
-        released = []
+        guard let box else { return }
+        for (continuation, wake) in box.consumerWakes { continuation.resume(returning: wake) }
+        box.consumerWakes.removeAll(keepingCapacity: true)
+        for (continuation, outcome) in box.emitterWakes { continuation.resume(returning: outcome) }
+        box.emitterWakes.removeAll(keepingCapacity: true)
+        box.released.removeAll(keepingCapacity: true)
+        pool?.put(box)
+    }
+}
+
+/// The reusable arrays behind `Effects`.
+final class EffectsBox<Element: Sendable> {
+    var consumerWakes: [(UnsafeContinuation<Wake<Element>, Never>, Wake<Element>)] = []
+    var emitterWakes: [(UnsafeContinuation<EmitOutcome, Never>, EmitOutcome)] = []
+    var released: [Element] = []
+}
+
+/// A one-slot, lock-free cache of an `EffectsBox`, so steady-state sends
+/// reuse one box instead of allocating. Concurrent users that find the slot
+/// empty allocate their own; a box that finds the slot taken is freed.
+struct EffectsPool<Element: Sendable>: @unchecked Sendable {
+    private let slot = AtomicInt(0)
+
+    func take() -> EffectsBox<Element>? {
+        let bits = slot.exchangeAcquiringAndReleasing(0)
+        guard let pointer = UnsafeRawPointer(bitPattern: bits) else { return nil }
+        return Unmanaged<EffectsBox<Element>>.fromOpaque(pointer).takeRetainedValue()
+    }
+
+    func put(_ box: EffectsBox<Element>) {
+        let unmanaged = Unmanaged.passRetained(box)
+        let bits = Int(bitPattern: unmanaged.toOpaque())
+        if !slot.compareExchange(expected: 0, desired: bits).exchanged {
+            unmanaged.release()
+        }
+    }
+
+    /// Frees the cached box. Call once, when no other thread can use the pool.
+    func destroy() {
+        _ = take()
+        slot.destroy()
     }
 }

@@ -172,7 +172,7 @@ final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendab
     /// a parked consumer, which then returns `nil`.
     func cancel() {
         storage?.remove(self)
-        var effects = Effects<Element>()
+        var effects = Effects(pool: storage?.pool)
         lock.lock()
         terminal = .ended
         let discarded = ring.takeAll()
