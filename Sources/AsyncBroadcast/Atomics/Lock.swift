@@ -7,17 +7,22 @@ internal import CAtomics
 /// `destroy()` in its `deinit`. Copies alias the same mutex. Critical sections
 /// guarded by it do bounded work and never run user code (no continuation
 /// resumes, no element deinitializers).
+///
+/// The pointer is stored untyped and the operations are not inlinable, so
+/// that `CAtomics` stays an internal import while the generic code that uses
+/// the lock is `@inlinable` (and so specialized in the client).
+@usableFromInline
 struct Lock: @unchecked Sendable {
-    private let raw: UnsafeMutablePointer<cab_lock>
+    @usableFromInline let raw: OpaquePointer
 
-    init() { raw = cab_lock_create() }
+    @usableFromInline init() { raw = OpaquePointer(cab_lock_create()) }
 
-    func destroy() { cab_lock_destroy(raw) }
+    @usableFromInline func destroy() { cab_lock_destroy(UnsafeMutablePointer(raw)) }
 
-    @inline(__always) func lock() { cab_lock_lock(raw) }
-    @inline(__always) func unlock() { cab_lock_unlock(raw) }
+    @usableFromInline func lock() { cab_lock_lock(UnsafeMutablePointer(raw)) }
+    @usableFromInline func unlock() { cab_lock_unlock(UnsafeMutablePointer(raw)) }
 
-    @inline(__always)
+    @inlinable
     func withLock<R, E: Error>(_ body: () throws(E) -> R) throws(E) -> R {
         lock()
         defer { unlock() }

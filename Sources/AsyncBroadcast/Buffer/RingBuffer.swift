@@ -11,14 +11,16 @@
 /// - Exactly the `count` slots starting at `head` (wrapping) are initialized.
 /// - Growth only happens in `append` when `count == capacity`; steady-state
 ///   appends and removals allocate nothing.
+@usableFromInline
 struct RingBuffer<Element>: ~Copyable {
-    private var storage: UnsafeMutablePointer<Element>?
-    private(set) var capacity: Int
-    private var head: Int
-    private(set) var count: Int
+    @usableFromInline var storage: UnsafeMutablePointer<Element>?
+    @usableFromInline var capacity: Int
+    @usableFromInline var head: Int
+    @usableFromInline var count: Int
 
     /// An empty buffer that allocates lazily, `initialCapacity` slots at the
     /// first append (rounded up to a power of two).
+    @inlinable
     init(initialCapacity: Int = 0) {
         storage = nil
         capacity = 0
@@ -27,13 +29,15 @@ struct RingBuffer<Element>: ~Copyable {
         if initialCapacity > 0 { reallocate(to: Self.roundUpToPowerOfTwo(initialCapacity)) }
     }
 
-    private init(storage: UnsafeMutablePointer<Element>?, capacity: Int, head: Int, count: Int) {
+    @inlinable
+    init(storage: UnsafeMutablePointer<Element>?, capacity: Int, head: Int, count: Int) {
         self.storage = storage
         self.capacity = capacity
         self.head = head
         self.count = count
     }
 
+    @inlinable
     deinit {
         if let storage {
             var index = head
@@ -45,14 +49,17 @@ struct RingBuffer<Element>: ~Copyable {
         }
     }
 
+    @inlinable
     var isEmpty: Bool { count == 0 }
 
+    @inlinable
     mutating func append(_ element: consuming Element) {
         if count == capacity { reallocate(to: capacity == 0 ? 4 : capacity * 2) }
         (storage.unsafelyUnwrapped + ((head + count) & (capacity - 1))).initialize(to: element)
         count += 1
     }
 
+    @inlinable
     mutating func popFirst() -> Element? {
         guard count > 0 else { return nil }
         let element = (storage.unsafelyUnwrapped + head).move()
@@ -62,6 +69,7 @@ struct RingBuffer<Element>: ~Copyable {
     }
 
     /// Calls `body` on every element, oldest first, without removing them.
+    @inlinable
     func forEach(_ body: (borrowing Element) -> Void) {
         guard let storage else { return }
         var index = head
@@ -75,6 +83,7 @@ struct RingBuffer<Element>: ~Copyable {
     ///
     /// Lets an owner that holds a lock detach the elements in O(1) and run
     /// their deinitializers (user code) after unlocking.
+    @inlinable
     mutating func takeAll() -> RingBuffer<Element> {
         let taken = RingBuffer(storage: storage, capacity: capacity, head: head, count: count)
         storage = nil
@@ -84,7 +93,8 @@ struct RingBuffer<Element>: ~Copyable {
         return taken
     }
 
-    private mutating func reallocate(to newCapacity: Int) {
+    @inlinable
+    mutating func reallocate(to newCapacity: Int) {
         assert(newCapacity >= count && newCapacity & (newCapacity - 1) == 0)
         let newStorage = UnsafeMutablePointer<Element>.allocate(capacity: newCapacity)
         if let storage {
@@ -99,6 +109,7 @@ struct RingBuffer<Element>: ~Copyable {
         head = 0
     }
 
+    @inlinable
     static func roundUpToPowerOfTwo(_ value: Int) -> Int {
         precondition(value > 0 && value <= Int.max >> 1)
         var result = 1

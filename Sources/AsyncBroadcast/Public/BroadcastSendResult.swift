@@ -22,5 +22,6 @@ public struct BroadcastSendResult: Sendable, Hashable {
         self.isFinished = isFinished
     }
 
+    @usableFromInline
     static var finished: BroadcastSendResult { BroadcastSendResult(isFinished: true) }
 }

@@ -34,7 +34,7 @@ public final class BroadcastSequence<Element: Sendable, Failure: Error>: AsyncSe
     public typealias BufferingPolicy = BroadcastBufferingPolicy
     public typealias AsyncIterator = Subscription.AsyncIterator
 
-    let storage: BroadcastStorage<Element, Failure>
+    @usableFromInline let storage: BroadcastStorage<Element, Failure>
 
     /// Creates a broadcast sequence.
     ///
@@ -73,7 +73,7 @@ public final class BroadcastSequence<Element: Sendable, Failure: Error>: AsyncSe
     /// policy, without waiting. A full `.bounded` subscriber still receives
     /// it (only ``emit(_:)`` waits). After `finish`, delivers nothing and
     /// returns a result with `isFinished == true`.
-    @discardableResult
+    @inlinable @discardableResult
     public func send(_ element: Element) -> BroadcastSendResult {
         storage.send(element)
     }
@@ -87,7 +87,7 @@ public final class BroadcastSequence<Element: Sendable, Failure: Error>: AsyncSe
     ///
     /// - Throws: `CancellationError` if the task is cancelled while waiting;
     ///   then no subscriber receives the element.
-    @discardableResult
+    @inlinable @discardableResult
     public func emit(_ element: Element) async throws(CancellationError) -> BroadcastSendResult {
         try await storage.emit(element)
     }

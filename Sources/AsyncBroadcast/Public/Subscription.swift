@@ -17,7 +17,7 @@ extension BroadcastSequence {
     /// corrupt its buffer, but a second task suspending in `next()` while
     /// another already waits there is a programmer error and traps.
     public final class Subscription: AsyncSequence, Sendable {
-        let core: SubscriberCore<Element, Failure>
+        @usableFromInline let core: SubscriberCore<Element, Failure>
 
         init(core: SubscriberCore<Element, Failure>) {
             self.core = core
@@ -69,19 +69,23 @@ extension BroadcastSequence {
 
         /// Reads a ``Subscription``'s buffer, suspending while it is empty.
         public struct AsyncIterator: AsyncIteratorProtocol {
-            let subscription: Subscription
+            @usableFromInline let subscription: Subscription
+
+            @usableFromInline init(subscription: Subscription) { self.subscription = subscription }
 
             /// The next element, or `nil` once the subscriber has ended.
             ///
             /// Throws the sequence's error once (after the buffer is drained)
             /// if it finished with `finish(throwing:)`. Returns `nil`, never
             /// throws, when the calling task is cancelled.
+            @inlinable
             public mutating func next() async throws(Failure) -> Element? {
                 try await subscription.core.next(isolation: nil as (any Actor)?)
             }
 
             /// Like ``next()``, but runs on `actor` without hopping off it:
             /// a `@MainActor` loop stays on the main actor.
+            @inlinable
             public mutating func next(isolation actor: isolated (any Actor)?) async throws(Failure) -> Element? {
                 try await subscription.core.next(isolation: actor)
             }

@@ -4,11 +4,14 @@
 /// Guarded by `BroadcastStorage.lock`. Its transitions never resume a
 /// continuation or release an element themselves: they record that in
 /// `Effects`, which the storage runs after unlocking.
+@usableFromInline
 struct BroadcastState<Element: Sendable, Failure: Error>: ~Copyable {
+    @usableFromInline
     enum Terminal {
         case finished
         case failed(Failure)
 
+        @inlinable
         var subscriberTerminal: SubscriberTerminal<Failure> {
             switch self {
             case .finished: return .finished
@@ -18,32 +21,34 @@ struct BroadcastState<Element: Sendable, Failure: Error>: ~Copyable {
     }
 
     /// Live subscribers, in no particular order (removal swaps with the last).
-    private(set) var subscribers: [SubscriberCore<Element, Failure>] = []
+    @usableFromInline var subscribers: [SubscriberCore<Element, Failure>] = []
     /// `.bounded` subscribers last seen holding their capacity or more. It
     /// may hold stale entries (a consumer drained without telling us);
     /// `refreshFullSubscribers()` drops those before anyone waits on them.
-    private var fullSubscribers: [SubscriberCore<Element, Failure>] = []
-    private var replay: RingBuffer<Element>
-    let replayLimit: Int
-    private(set) var terminal: Terminal?
+    @usableFromInline var fullSubscribers: [SubscriberCore<Element, Failure>] = []
+    @usableFromInline var replay: RingBuffer<Element>
+    @usableFromInline let replayLimit: Int
+    @usableFromInline var terminal: Terminal?
     /// Waiting emitters, in arrival order.
-    private var emitters: [PendingEmit<Element>] = []
+    @usableFromInline var emitters: [PendingEmit<Element>] = []
     /// Outcomes of queued emits decided before their continuation was stored.
-    private var decidedEmits: [Int: EmitOutcome] = [:]
-    private var nextEmitID = 0
+    @usableFromInline var decidedEmits: [Int: EmitOutcome] = [:]
+    @usableFromInline var nextEmitID = 0
 
+    @inlinable
     init(replayLimit: Int) {
         self.replayLimit = replayLimit
         self.replay = RingBuffer(initialCapacity: Swift.min(replayLimit, 16))
     }
 
-    var hasWaitingEmitters: Bool { !emitters.isEmpty }
-    var waitingEmitterCount: Int { emitters.count }
+    @inlinable var hasWaitingEmitters: Bool { !emitters.isEmpty }
+    @inlinable var waitingEmitterCount: Int { emitters.count }
 
     // MARK: Subscribing
 
     /// Seeds a new subscriber with the replay window and registers it (or
     /// gives it the terminal event).
+    @inlinable
     mutating func subscribe(_ subscriber: SubscriberCore<Element, Failure>,
                             fromCancelledTask: Bool,
                             effects: inout Effects<Element>) {
@@ -61,6 +66,7 @@ struct BroadcastState<Element: Sendable, Failure: Error>: ~Copyable {
     }
 
     /// Unregisters `subscriber` in O(1); no other subscriber is touched.
+    @inlinable
     mutating func remove(_ subscriber: SubscriberCore<Element, Failure>, effects: inout Effects<Element>) {
         #if ASYNCBROADCAST_FAULT_LEAK_SUBSCRIBER
         let registryIndex: Int? = nil  // deliberate fault: ended subscribers stay registered
@@ -82,6 +88,7 @@ struct BroadcastState<Element: Sendable, Failure: Error>: ~Copyable {
     // MARK: Sending
 
     /// Hands `element` to every subscriber. O(subscribers).
+    @inlinable
     mutating func deliver(_ element: Element, effects: inout Effects<Element>) -> BroadcastSendResult {
         var result = BroadcastSendResult()
         for subscriber in subscribers {
@@ -113,6 +120,7 @@ struct BroadcastState<Element: Sendable, Failure: Error>: ~Copyable {
     /// `emitterFlag` must already announce the check (see
     /// `BroadcastStorage.emittersWaiting`): a consumer that drains after our
     /// look at it then knows to call back.
+    @inlinable
     mutating func emitterMayProceed() -> Bool {
         if !emitters.isEmpty { return false }
         refreshFullSubscribers()
@@ -120,6 +128,7 @@ struct BroadcastState<Element: Sendable, Failure: Error>: ~Copyable {
     }
 
     /// Queues an emit that must wait; returns its ticket.
+    @inlinable
     mutating func enqueueEmit(_ element: Element) -> Int {
         let id = nextEmitID
         nextEmitID += 1
@@ -129,6 +138,7 @@ struct BroadcastState<Element: Sendable, Failure: Error>: ~Copyable {
 
     /// Stores the emitter's continuation, or returns the outcome if the emit
     /// was already served, cancelled or finished.
+    @inlinable
     mutating func park(emit id: Int, _ continuation: UnsafeContinuation<EmitOutcome, Never>) -> EmitOutcome? {
         if let outcome = decidedEmits.removeValue(forKey: id) { return outcome }
         guard let index = emitters.firstIndex(where: { $0.id == id }) else {
@@ -139,6 +149,7 @@ struct BroadcastState<Element: Sendable, Failure: Error>: ~Copyable {
     }
 
     /// The emitter's task was cancelled: if it still waits, dequeue it.
+    @inlinable
     mutating func cancelEmit(_ id: Int, effects: inout Effects<Element>) {
         guard let index = emitters.firstIndex(where: { $0.id == id }) else { return }  // already decided
         let entry = emitters.remove(at: index)
@@ -147,6 +158,7 @@ struct BroadcastState<Element: Sendable, Failure: Error>: ~Copyable {
 
     /// Delivers for queued emitters, oldest first, while every `.bounded`
     /// subscriber has room.
+    @inlinable
     mutating func serveEmitters(effects: inout Effects<Element>) {
         while !emitters.isEmpty {
             refreshFullSubscribers()
@@ -161,7 +173,8 @@ struct BroadcastState<Element: Sendable, Failure: Error>: ~Copyable {
         }
     }
 
-    private mutating func decide(_ entry: consuming PendingEmit<Element>, _ outcome: EmitOutcome,
+    @inlinable
+    mutating func decide(_ entry: consuming PendingEmit<Element>, _ outcome: EmitOutcome,
                                  effects: inout Effects<Element>) {
         if let element = entry.element.take() { effects.release(element) }
         if let continuation = entry.continuation {
@@ -175,6 +188,7 @@ struct BroadcastState<Element: Sendable, Failure: Error>: ~Copyable {
 
     /// First call wins. Wakes parked consumers and releases every waiting
     /// emitter with an `isFinished` result.
+    @inlinable
     mutating func finish(_ event: Terminal, effects: inout Effects<Element>) {
         guard terminal == nil else { return }
         terminal = event
@@ -188,13 +202,15 @@ struct BroadcastState<Element: Sendable, Failure: Error>: ~Copyable {
 
     // MARK: Full `.bounded` subscribers
 
-    private mutating func markFull(_ subscriber: SubscriberCore<Element, Failure>) {
+    @inlinable
+    mutating func markFull(_ subscriber: SubscriberCore<Element, Failure>) {
         guard subscriber.fullIndex == nil else { return }
         subscriber.fullIndex = fullSubscribers.count
         fullSubscribers.append(subscriber)
     }
 
-    private mutating func unmarkFull(_ subscriber: SubscriberCore<Element, Failure>) {
+    @inlinable
+    mutating func unmarkFull(_ subscriber: SubscriberCore<Element, Failure>) {
         guard let index = subscriber.fullIndex else { return }
         subscriber.fullIndex = nil
         let last = fullSubscribers.removeLast()
@@ -204,7 +220,8 @@ struct BroadcastState<Element: Sendable, Failure: Error>: ~Copyable {
         }
     }
 
-    private mutating func refreshFullSubscribers() {
+    @inlinable
+    mutating func refreshFullSubscribers() {
         var index = fullSubscribers.count - 1
         while index >= 0 {
             let subscriber = fullSubscribers[index]

@@ -5,19 +5,21 @@
 /// so dropping the last reference to the sequence finishes it even while
 /// subscribers wait. The storage→subscriber references form a cycle that is
 /// broken when a subscriber is removed.
+@usableFromInline
 final class BroadcastStorage<Element: Sendable, Failure: Error>: @unchecked Sendable {
-    let defaultPolicy: BroadcastBufferingPolicy
-    private let lock = Lock()
-    private var state: BroadcastState<Element, Failure>
+    @usableFromInline let defaultPolicy: BroadcastBufferingPolicy
+    @usableFromInline let lock = Lock()
+    @usableFromInline var state: BroadcastState<Element, Failure>
     /// Non-zero while an emitter waits or is checking for room. Lets a
     /// `.bounded` consumer that just dropped below capacity skip the sequence
     /// lock when nobody could be waiting on it. Written under `lock` with
     /// sequential consistency *before* the emitter looks at subscribers'
     /// buffers, so a consumer that drains after that look sees it set.
-    private let emittersWaiting = AtomicInt(0)
+    @usableFromInline let emittersWaiting = AtomicInt(0)
     /// Reused `Effects` storage, so steady-state sends allocate nothing.
-    let pool = EffectsPool<Element>()
+    @usableFromInline let pool = EffectsPool<Element>()
 
+    @usableFromInline
     init(defaultPolicy: BroadcastBufferingPolicy, replay: Int) {
         self.defaultPolicy = defaultPolicy
         self.state = BroadcastState(replayLimit: replay)
@@ -31,12 +33,16 @@ final class BroadcastStorage<Element: Sendable, Failure: Error>: @unchecked Send
 
     // MARK: Queries
 
+    @usableFromInline
     var subscriberCount: Int { lock.withLock { state.subscribers.count } }
+    @usableFromInline
     var isFinished: Bool { lock.withLock { state.terminal != nil } }
+    @usableFromInline
     var waitingEmitterCount: Int { lock.withLock { state.waitingEmitterCount } }
 
     // MARK: Subscribers
 
+    @usableFromInline
     func subscribe(policy: BroadcastBufferingPolicy) -> SubscriberCore<Element, Failure> {
         let subscriber = SubscriberCore<Element, Failure>(policy: policy, storage: self)
         let fromCancelledTask = Task.isCancelled
@@ -49,6 +55,7 @@ final class BroadcastStorage<Element: Sendable, Failure: Error>: @unchecked Send
     }
 
     /// Unregisters an ending subscriber and releases emitters that waited on it.
+    @usableFromInline
     func remove(_ subscriber: SubscriberCore<Element, Failure>) {
         var effects = Effects(pool: pool)
         lock.withLock {
@@ -59,6 +66,7 @@ final class BroadcastStorage<Element: Sendable, Failure: Error>: @unchecked Send
     }
 
     /// A `.bounded` subscriber's buffer just dropped below capacity.
+    @inlinable
     func boundedSubscriberMayHaveRoom() {
         guard emittersWaiting.loadSequentiallyConsistent() != 0 else { return }
         var effects = Effects(pool: pool)
@@ -71,6 +79,7 @@ final class BroadcastStorage<Element: Sendable, Failure: Error>: @unchecked Send
 
     // MARK: Producers
 
+    @inlinable
     func send(_ element: Element) -> BroadcastSendResult {
         var effects = Effects(pool: pool)
         lock.lock()
@@ -84,6 +93,7 @@ final class BroadcastStorage<Element: Sendable, Failure: Error>: @unchecked Send
         return result
     }
 
+    @inlinable
     func emit(_ element: Element) async throws(CancellationError) -> BroadcastSendResult {
         var effects = Effects(pool: pool)
         lock.lock()
@@ -122,17 +132,20 @@ final class BroadcastStorage<Element: Sendable, Failure: Error>: @unchecked Send
     }
 
     /// Call under `lock`, before looking at subscribers' buffers for room.
-    private func announceEmitterCheck() {
+    @inlinable
+    func announceEmitterCheck() {
         emittersWaiting.storeSequentiallyConsistent(1)
     }
 
     /// Call under `lock`: clears the flag once nobody waits.
-    private func settleEmitterFlag() {
+    @inlinable
+    func settleEmitterFlag() {
         emittersWaiting.storeSequentiallyConsistent(state.hasWaitingEmitters ? 1 : 0)
     }
 
     // MARK: Finishing
 
+    @usableFromInline
     func finish(_ event: BroadcastState<Element, Failure>.Terminal) {
         var effects = Effects(pool: pool)
         lock.withLock {

@@ -1,4 +1,5 @@
 /// What a parked consumer is resumed with.
+@usableFromInline
 enum Wake<Element: Sendable>: Sendable {
     /// A producer handed the element straight to the waiting consumer.
     case element(Element)
@@ -10,6 +11,7 @@ enum Wake<Element: Sendable>: Sendable {
 }
 
 /// How a waiting `emit` ends.
+@usableFromInline
 enum EmitOutcome: Sendable {
     case delivered(BroadcastSendResult)
     case cancelled
@@ -26,36 +28,43 @@ enum EmitOutcome: Sendable {
 /// Recording is allocation-free in steady state: the first record borrows a
 /// box from the storage's `EffectsPool` (its arrays keep their capacity) and
 /// `run()` returns it. A section that records nothing touches no box at all.
+@usableFromInline
 struct Effects<Element: Sendable>: ~Copyable {
-    private var box: EffectsBox<Element>?
-    private let pool: EffectsPool<Element>?
+    @usableFromInline var box: EffectsBox<Element>?
+    @usableFromInline let pool: EffectsPool<Element>?
 
+    @inlinable
     init(pool: EffectsPool<Element>?) {
         self.box = nil
         self.pool = pool
     }
 
-    private mutating func recordingBox() -> EffectsBox<Element> {
+    @inlinable
+    mutating func recordingBox() -> EffectsBox<Element> {
         if let box { return box }
         let fresh = pool?.take() ?? EffectsBox<Element>()
         box = fresh
         return fresh
     }
 
+    @inlinable
     mutating func resume(_ continuation: UnsafeContinuation<Wake<Element>, Never>, with wake: Wake<Element>) {
         recordingBox().consumerWakes.append((continuation, wake))
     }
 
+    @inlinable
     mutating func resume(_ continuation: UnsafeContinuation<EmitOutcome, Never>, with outcome: EmitOutcome) {
         recordingBox().emitterWakes.append((continuation, outcome))
     }
 
     /// Keeps `element` alive until `run()`, so its deinitializer runs unlocked.
+    @inlinable
     mutating func release(_ element: consuming Element) {
         recordingBox().released.append(element)
     }
 
     /// Runs the recorded effects. Call with no lock held.
+    @inlinable
     consuming func run() {
         guard let box else { return }
         for (continuation, wake) in box.consumerWakes { continuation.resume(returning: wake) }
@@ -68,24 +77,32 @@ struct Effects<Element: Sendable>: ~Copyable {
 }
 
 /// The reusable arrays behind `Effects`.
+@usableFromInline
 final class EffectsBox<Element: Sendable> {
-    var consumerWakes: [(UnsafeContinuation<Wake<Element>, Never>, Wake<Element>)] = []
-    var emitterWakes: [(UnsafeContinuation<EmitOutcome, Never>, EmitOutcome)] = []
-    var released: [Element] = []
+    @usableFromInline var consumerWakes: [(UnsafeContinuation<Wake<Element>, Never>, Wake<Element>)] = []
+    @usableFromInline var emitterWakes: [(UnsafeContinuation<EmitOutcome, Never>, EmitOutcome)] = []
+    @usableFromInline var released: [Element] = []
+
+    @inlinable init() {}
 }
 
 /// A one-slot, lock-free cache of an `EffectsBox`, so steady-state sends
 /// reuse one box instead of allocating. Concurrent users that find the slot
 /// empty allocate their own; a box that finds the slot taken is freed.
+@usableFromInline
 struct EffectsPool<Element: Sendable>: @unchecked Sendable {
-    private let slot = AtomicInt(0)
+    @usableFromInline let slot = AtomicInt(0)
 
+    @inlinable init() {}
+
+    @inlinable
     func take() -> EffectsBox<Element>? {
         let bits = slot.exchangeAcquiringAndReleasing(0)
         guard let pointer = UnsafeRawPointer(bitPattern: bits) else { return nil }
         return Unmanaged<EffectsBox<Element>>.fromOpaque(pointer).takeRetainedValue()
     }
 
+    @inlinable
     func put(_ box: EffectsBox<Element>) {
         let unmanaged = Unmanaged.passRetained(box)
         let bits = Int(bitPattern: unmanaged.toOpaque())
@@ -95,6 +112,7 @@ struct EffectsPool<Element: Sendable>: @unchecked Sendable {
     }
 
     /// Frees the cached box. Call once, when no other thread can use the pool.
+    @inlinable
     func destroy() {
         _ = take()
         slot.destroy()

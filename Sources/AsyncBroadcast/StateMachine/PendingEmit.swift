@@ -5,8 +5,16 @@
 /// lock cannot be held across `withUnsafeContinuation`), so it may be served
 /// or cancelled while `continuation` is still `nil`; the outcome then waits
 /// in `BroadcastState.decidedEmits` until the emitter comes for it.
+@usableFromInline
 struct PendingEmit<Element: Sendable> {
-    let id: Int
-    var element: Element?
-    var continuation: UnsafeContinuation<EmitOutcome, Never>?
+    @usableFromInline let id: Int
+    @usableFromInline var element: Element?
+    @usableFromInline var continuation: UnsafeContinuation<EmitOutcome, Never>?
+
+    @inlinable
+    init(id: Int, element: Element?, continuation: UnsafeContinuation<EmitOutcome, Never>?) {
+        self.id = id
+        self.element = element
+        self.continuation = continuation
+    }
 }

@@ -1,4 +1,5 @@
 /// How a subscriber's stream ends, once it is decided.
+@usableFromInline
 enum SubscriberTerminal<Failure: Error> {
     /// The sequence finished: drain the buffer, then return `nil`.
     case finished
@@ -12,6 +13,7 @@ enum SubscriberTerminal<Failure: Error> {
 }
 
 /// What `offer` did with an element.
+@usableFromInline
 enum OfferOutcome {
     case delivered
     /// Delivered to a `.bounded` subscriber that now holds its capacity or more.
@@ -24,6 +26,7 @@ enum OfferOutcome {
 }
 
 /// Result of a non-suspending look at a subscriber.
+@usableFromInline
 enum PollOutcome<Element, Failure: Error> {
     case element(Element)
     case empty
@@ -52,31 +55,33 @@ enum PollOutcome<Element, Failure: Error> {
 ///   tombstone: a park that comes after it resumes at once, and producers
 ///   skip the subscriber.
 /// - `registryIndex`, `fullIndex` are guarded by the sequence lock.
+@usableFromInline
 final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendable {
-    static var idle: Int { 0 }
-    static var parked: Int { 1 }
-    static var cancelledBit: Int { 2 }
+    @inlinable static var idle: Int { 0 }
+    @inlinable static var parked: Int { 1 }
+    @inlinable static var cancelledBit: Int { 2 }
 
-    let policy: BroadcastBufferingPolicy
+    @usableFromInline let policy: BroadcastBufferingPolicy
     /// `nil` for a subscription that was never registered (subscribed from a
     /// cancelled task or after `finish`).
-    let storage: BroadcastStorage<Element, Failure>?
+    @usableFromInline let storage: BroadcastStorage<Element, Failure>?
 
-    private let lock = Lock()
-    private let parkState = AtomicInt(0)
-    private var continuation: UnsafeContinuation<Wake<Element>, Never>?
-    private var ring: RingBuffer<Element>
-    private var terminal: SubscriberTerminal<Failure>?
-    private var dropped = 0
+    @usableFromInline let lock = Lock()
+    @usableFromInline let parkState = AtomicInt(0)
+    @usableFromInline var continuation: UnsafeContinuation<Wake<Element>, Never>?
+    @usableFromInline var ring: RingBuffer<Element>
+    @usableFromInline var terminal: SubscriberTerminal<Failure>?
+    @usableFromInline var dropped = 0
 
     /// Position in the sequence's registry, or `nil` once removed.
-    var registryIndex: Int?
+    @usableFromInline var registryIndex: Int?
     /// Position in the sequence's list of full `.bounded` subscribers.
-    var fullIndex: Int?
+    @usableFromInline var fullIndex: Int?
 
     /// For `.bounded(n)`: `n`; otherwise `Int.max`.
-    private let boundedCapacity: Int
+    @usableFromInline let boundedCapacity: Int
 
+    @usableFromInline
     init(policy: BroadcastBufferingPolicy, storage: BroadcastStorage<Element, Failure>?) {
         self.policy = policy
         self.storage = storage
@@ -94,6 +99,7 @@ final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendab
     // MARK: Producer side (called with the sequence lock held)
 
     /// Hands `element` to this subscriber according to its policy.
+    @inlinable
     func offer(_ element: Element, effects: inout Effects<Element>) -> OfferOutcome {
         lock.lock()
         defer { lock.unlock() }
@@ -145,6 +151,7 @@ final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendab
     }
 
     /// Records the sequence's terminal event and wakes a parked consumer.
+    @usableFromInline
     func finish(_ event: SubscriberTerminal<Failure>, effects: inout Effects<Element>) {
         lock.lock()
         defer { lock.unlock() }
@@ -155,21 +162,26 @@ final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendab
     }
 
     /// `true` if this `.bounded` subscriber holds fewer than its capacity.
+    @usableFromInline
     func hasRoom() -> Bool {
         lock.withLock { ring.count < boundedCapacity }
     }
 
     // MARK: Consumer side
 
+    @usableFromInline
     var droppedCount: Int { lock.withLock { dropped } }
 
+    @usableFromInline
     var isBufferEmpty: Bool { lock.withLock { ring.isEmpty } }
 
     /// Whether a consumer is suspended in `next()` right now (for tests).
+    @usableFromInline
     var isConsumerParked: Bool { parkState.loadAcquire() == Self.parked }
 
     /// Ends the subscriber at once: unregisters it, frees its buffer and wakes
     /// a parked consumer, which then returns `nil`.
+    @usableFromInline
     func cancel() {
         storage?.remove(self)
         var effects = Effects(pool: storage?.pool)
@@ -185,7 +197,8 @@ final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendab
     }
 
     /// The consumer's task is cancelled: stop receiving, keep what is buffered.
-    private func endForTaskCancellation() {
+    @inlinable
+    func endForTaskCancellation() {
         storage?.remove(self)
         lock.withLock {
             if terminal == nil { terminal = .cancelled }
@@ -193,6 +206,7 @@ final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendab
     }
 
     /// One non-suspending step: an element, the end, or `.empty`.
+    @inlinable
     func poll() -> PollOutcome<Element, Failure> {
         lock.lock()
         if let element = ring.popFirst() {
@@ -219,6 +233,7 @@ final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendab
         }
     }
 
+    @inlinable
     func next(isolation actor: isolated (any Actor)?) async throws(Failure) -> Element? {
         if Task.isCancelled { endForTaskCancellation() }
         while true {
@@ -247,7 +262,8 @@ final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendab
     /// ended meanwhile (then it resumes at once). Runs inside
     /// `withUnsafeContinuation`, so the lock is only held within this call,
     /// never across the suspension (swiftlang/swift#85668).
-    private func park(_ newContinuation: UnsafeContinuation<Wake<Element>, Never>) {
+    @inlinable
+    func park(_ newContinuation: UnsafeContinuation<Wake<Element>, Never>) {
         lock.lock()
         if !ring.isEmpty || terminal != nil {
             lock.unlock()
@@ -271,7 +287,8 @@ final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendab
 
     /// The task-cancellation handler. Takes no lock: it runs while the
     /// runtime holds the task's status lock.
-    private func cancelWhileParked() {
+    @inlinable
+    func cancelWhileParked() {
         let previous = parkState.fetchOrAcquiringAndReleasing(Self.cancelledBit)
         guard previous == Self.parked else { return }
         // We moved the word out of `parked`: the continuation is ours. Its
@@ -282,7 +299,8 @@ final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendab
         continuation.resume(returning: .cancelled)
     }
 
-    private func takeContinuation() -> UnsafeContinuation<Wake<Element>, Never> {
+    @inlinable
+    func takeContinuation() -> UnsafeContinuation<Wake<Element>, Never> {
         let taken = continuation.unsafelyUnwrapped
         continuation = nil
         return taken
@@ -290,6 +308,7 @@ final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendab
 
     // MARK: Setup (before the subscriber is visible to other threads)
 
+    @usableFromInline
     func setTerminal(_ event: SubscriberTerminal<Failure>) {
         lock.withLock { terminal = event }
     }
