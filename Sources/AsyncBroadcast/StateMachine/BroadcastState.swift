@@ -21,7 +21,10 @@ struct BroadcastState<Element: Sendable, Failure: Error>: ~Copyable {
     }
 
     /// Live subscribers, in no particular order (removal swaps with the last).
-    @usableFromInline var subscribers: [SubscriberCore<Element, Failure>] = []
+    /// Each entry holds one manual retain (taken at registration, released
+    /// at removal), so the per-send loop touches no reference counts: those
+    /// cache lines are shared with the consumers.
+    @usableFromInline var subscribers: [Unmanaged<SubscriberCore<Element, Failure>>] = []
     /// `.bounded` subscribers last seen holding their capacity or more. It
     /// may hold stale entries (a consumer drained without telling us);
     /// `refreshFullSubscribers()` drops those before anyone waits on them.
@@ -61,7 +64,7 @@ struct BroadcastState<Element: Sendable, Failure: Error>: ~Copyable {
             subscriber.setTerminal(.cancelled)
         } else {
             subscriber.registryIndex = subscribers.count
-            subscribers.append(subscriber)
+            subscribers.append(.passRetained(subscriber))
         }
     }
 
@@ -78,8 +81,11 @@ struct BroadcastState<Element: Sendable, Failure: Error>: ~Copyable {
             let last = subscribers.removeLast()
             if index < subscribers.count {
                 subscribers[index] = last
-                last.registryIndex = index
+                last._withUnsafeGuaranteedRef { $0.registryIndex = index }
             }
+            // The caller holds `subscriber`, so this cannot be the last
+            // reference: no deinit (and no element release) runs here.
+            Unmanaged.passUnretained(subscriber).release()
         }
         unmarkFull(subscriber)
         serveEmitters(effects: &effects)
@@ -92,12 +98,12 @@ struct BroadcastState<Element: Sendable, Failure: Error>: ~Copyable {
     mutating func deliver(_ element: Element, effects: inout Effects<Element>) -> BroadcastSendResult {
         var result = BroadcastSendResult()
         for subscriber in subscribers {
-            switch subscriber.offer(element, effects: &effects) {
+            switch subscriber._withUnsafeGuaranteedRef({ $0.offer(element, effects: &effects) }) {
             case .delivered:
                 result.delivered += 1
             case .deliveredFull:
                 result.delivered += 1
-                markFull(subscriber)
+                markFull(subscriber.takeUnretainedValue())
             case .deliveredEvicting:
                 result.delivered += 1
                 result.dropped += 1
@@ -192,8 +198,9 @@ struct BroadcastState<Element: Sendable, Failure: Error>: ~Copyable {
     mutating func finish(_ event: Terminal, effects: inout Effects<Element>) {
         guard terminal == nil else { return }
         terminal = event
+        let subscriberTerminal = event.subscriberTerminal
         for subscriber in subscribers {
-            subscriber.finish(event.subscriberTerminal, effects: &effects)
+            subscriber._withUnsafeGuaranteedRef { $0.finish(subscriberTerminal, effects: &effects) }
         }
         while !emitters.isEmpty {
             decide(emitters.removeFirst(), .delivered(.finished), effects: &effects)

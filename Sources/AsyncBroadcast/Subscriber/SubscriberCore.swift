@@ -233,16 +233,24 @@ final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendab
         }
     }
 
+    /// `next()`: a synchronous attempt first, so a consumer with something
+    /// buffered never enters another async function, creates no
+    /// continuation and never suspends.
     @inlinable
     func next(isolation actor: isolated (any Actor)?) async throws(Failure) -> Element? {
         if Task.isCancelled { endForTaskCancellation() }
+        switch poll() {
+        case .element(let element): return element
+        case .end: return nil
+        case .failure(let error): throw error
+        case .empty: return try await waitForNext(isolation: actor)
+        }
+    }
+
+    /// The slow path: park until an element, the end, or cancellation.
+    @inlinable
+    func waitForNext(isolation actor: isolated (any Actor)?) async throws(Failure) -> Element? {
         while true {
-            switch poll() {
-            case .element(let element): return element
-            case .end: return nil
-            case .failure(let error): throw error
-            case .empty: break
-            }
             let wake = await withTaskCancellationHandler {
                 await withUnsafeContinuation(isolation: actor) { (continuation: UnsafeContinuation<Wake<Element>, Never>) in
                     self.park(continuation)
@@ -252,8 +260,14 @@ final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendab
             }
             switch wake {
             case .element(let element): return element
-            case .retry: continue
+            case .retry: break
             case .cancelled: endForTaskCancellation()
+            }
+            switch poll() {
+            case .element(let element): return element
+            case .end: return nil
+            case .failure(let error): throw error
+            case .empty: continue
             }
         }
     }
