@@ -70,8 +70,20 @@ extension BroadcastSequence {
         /// Reads a ``Subscription``'s buffer, suspending while it is empty.
         public struct AsyncIterator: AsyncIteratorProtocol {
             @usableFromInline let subscription: Subscription
+            /// Calls left before the next look at the task's cancellation.
+            @usableFromInline var callsUntilCancellationCheck = 0
 
             @usableFromInline init(subscription: Subscription) { self.subscription = subscription }
+
+            @inlinable
+            mutating func shouldCheckCancellation() -> Bool {
+                if callsUntilCancellationCheck > 0 {
+                    callsUntilCancellationCheck -= 1
+                    return false
+                }
+                callsUntilCancellationCheck = 31
+                return true
+            }
 
             /// The next element, or `nil` once the subscriber has ended.
             ///
@@ -80,14 +92,14 @@ extension BroadcastSequence {
             /// throws, when the calling task is cancelled.
             @inlinable
             public mutating func next() async throws(Failure) -> Element? {
-                try await subscription.core.next(isolation: nil as (any Actor)?)
+                try await subscription.core.next(isolation: nil as (any Actor)?, checkCancellation: shouldCheckCancellation())
             }
 
             /// Like ``next()``, but runs on `actor` without hopping off it:
             /// a `@MainActor` loop stays on the main actor.
             @inlinable
             public mutating func next(isolation actor: isolated (any Actor)?) async throws(Failure) -> Element? {
-                try await subscription.core.next(isolation: actor)
+                try await subscription.core.next(isolation: actor, checkCancellation: shouldCheckCancellation())
             }
         }
     }

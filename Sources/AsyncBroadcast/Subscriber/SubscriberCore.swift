@@ -25,6 +25,20 @@ enum OfferOutcome {
     case skipped
 }
 
+/// How a subscriber's consumer reads without the lock.
+@usableFromInline
+enum BatchMode {
+    /// `.bufferingNewest` and capacity 0: producers evict the oldest unread
+    /// element, so every read takes the lock.
+    case none
+    /// `.unbounded`: producers never need the batch's size.
+    case plain
+    /// `.bufferingOldest(n)`: producers count the batch against `n`.
+    case counted
+    /// `.bounded(n)`: as `.counted`, and reads may release waiting emitters.
+    case bounded
+}
+
 /// Result of a non-suspending look at a subscriber.
 @usableFromInline
 enum PollOutcome<Element, Failure: Error> {
@@ -69,7 +83,18 @@ final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendab
     @usableFromInline let lock = Lock()
     @usableFromInline let parkState = AtomicInt(0)
     @usableFromInline var continuation: UnsafeContinuation<Wake<Element>, Never>?
+    /// Shared with producers; guarded by `lock`.
     @usableFromInline var ring: RingBuffer<Element>
+    /// The consumer's private batch (see `BatchMode`): only the consumer
+    /// touches it, without a lock. Older than everything in `ring`.
+    @usableFromInline var batch: RingBuffer<Element>
+    /// `batch.count`, published for producers' capacity checks.
+    @usableFromInline let batchCount = AtomicInt(0)
+    /// Set by `cancel()`: the consumer must drop its batch and end.
+    @usableFromInline let ended = AtomicInt(0)
+    /// Non-zero while a consumer is inside `poll()`; a second one traps.
+    @usableFromInline let consumerBusy = AtomicInt(0)
+    @usableFromInline let batchMode: BatchMode
     @usableFromInline var terminal: SubscriberTerminal<Failure>?
     @usableFromInline var dropped = 0
 
@@ -86,6 +111,13 @@ final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendab
         self.policy = policy
         self.storage = storage
         self.ring = RingBuffer(initialCapacity: policy.initialStorageCapacity)
+        self.batch = RingBuffer()
+        switch policy {
+        case .unbounded: batchMode = .plain
+        case .bufferingOldest(let n): batchMode = n > 0 ? .counted : .none
+        case .bounded: batchMode = .bounded
+        case .bufferingNewest: batchMode = .none
+        }
         if case .bounded(let n) = policy { boundedCapacity = n } else { boundedCapacity = .max }
     }
 
@@ -94,6 +126,9 @@ final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendab
         assert(continuation == nil)
         lock.destroy()
         parkState.destroy()
+        batchCount.destroy()
+        ended.destroy()
+        consumerBusy.destroy()
     }
 
     // MARK: Producer side (called with the sequence lock held)
@@ -122,9 +157,9 @@ final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendab
             return .delivered
         case .bounded:
             ring.append(element)
-            return ring.count >= boundedCapacity ? .deliveredFull : .delivered
+            return ring.count + batchCount.loadAcquire() >= boundedCapacity ? .deliveredFull : .delivered
         case .bufferingOldest(let limit):
-            guard ring.count < limit else {
+            guard ring.count + batchCount.loadAcquire() < limit else {
                 dropped += 1
                 return .dropped
             }
@@ -164,7 +199,7 @@ final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendab
     /// `true` if this `.bounded` subscriber holds fewer than its capacity.
     @usableFromInline
     func hasRoom() -> Bool {
-        lock.withLock { ring.count < boundedCapacity }
+        lock.withLock { ring.count + batchCount.loadAcquire() < boundedCapacity }
     }
 
     // MARK: Consumer side
@@ -173,7 +208,7 @@ final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendab
     var droppedCount: Int { lock.withLock { dropped } }
 
     @usableFromInline
-    var isBufferEmpty: Bool { lock.withLock { ring.isEmpty } }
+    var isBufferEmpty: Bool { lock.withLock { ring.isEmpty } && batchCount.loadAcquire() == 0 }
 
     /// Whether a consumer is suspended in `next()` right now (for tests).
     @usableFromInline
@@ -187,6 +222,9 @@ final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendab
         var effects = Effects(pool: storage?.pool)
         lock.lock()
         terminal = .ended
+        // The consumer drops its private batch when it sees this (it may be
+        // reading it right now); `deinit` frees it otherwise.
+        ended.storeRelease(1)
         let discarded = ring.takeAll()
         if parkState.compareExchange(expected: Self.parked, desired: Self.idle).exchanged {
             effects.resume(takeContinuation(), with: .retry)
@@ -206,13 +244,44 @@ final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendab
     }
 
     /// One non-suspending step: an element, the end, or `.empty`.
+    ///
+    /// With a batch (`batchMode != .none`) the consumer pops from its
+    /// private `batch` without locking, and when that runs dry takes the
+    /// lock once to swap it with the shared `ring` (O(1), and the drained
+    /// allocation goes back to producers, so nothing is allocated).
     @inlinable
     func poll() -> PollOutcome<Element, Failure> {
+        if consumerBusy.exchangeAcquiringAndReleasing(1) != 0 {
+            preconditionFailure("AsyncBroadcast: concurrent next() calls on one Subscription; a subscription has exactly one consumer")
+        }
+        defer { consumerBusy.storeRelease(0) }
+        if batchMode != .none {
+            if ended.loadAcquire() != 0 {
+                let discarded = batch.takeAll()
+                batchCount.storeRelease(0)
+                _ = consume discarded
+                return .end
+            }
+            if let element = batch.popFirst() {
+                publishBatchCount()
+                notifyEmittersIfBounded()
+                return .element(element)
+            }
+        }
         lock.lock()
-        if let element = ring.popFirst() {
-            let crossedBelowCapacity = ring.count == boundedCapacity - 1
+        if batchMode != .none {
+            if !ring.isEmpty {
+                let drained = batch.takeAll()
+                batch = ring.takeAll()
+                ring = drained
+                let element = batch.popFirst().unsafelyUnwrapped
+                publishBatchCount()
+                lock.unlock()
+                notifyEmittersIfBounded()  // never under our lock: it takes the sequence lock
+                return .element(element)
+            }
+        } else if let element = ring.popFirst() {
             lock.unlock()
-            if crossedBelowCapacity { storage?.boundedSubscriberMayHaveRoom() }
             return .element(element)
         }
         guard let event = terminal else {
@@ -233,12 +302,36 @@ final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendab
         }
     }
 
+    /// Publishes the batch's size for producers' capacity checks. For
+    /// `.bounded`, the sequentially consistent store pairs with the emitter's
+    /// store of its flag before it reads our count: one sees the other.
+    @inlinable
+    func publishBatchCount() {
+        if batchMode == .bounded {
+            batchCount.storeSequentiallyConsistent(batch.count)
+        } else {
+            batchCount.storeRelease(batch.count)
+        }
+    }
+
+    /// A read from a `.bounded` subscriber may release waiting emitters.
+    /// Call with no lock held.
+    @inlinable
+    func notifyEmittersIfBounded() {
+        if batchMode == .bounded { storage?.boundedSubscriberMayHaveRoom() }
+    }
+
     /// `next()`: a synchronous attempt first, so a consumer with something
     /// buffered never enters another async function, creates no
     /// continuation and never suspends.
+    ///
+    /// Reading the task's cancellation flag is an expensive 16-byte atomic
+    /// load, so the iterator asks for it only on its first call and then
+    /// every `cancellationCheckInterval` calls; parking always notices
+    /// cancellation (through the cancellation handler).
     @inlinable
-    func next(isolation actor: isolated (any Actor)?) async throws(Failure) -> Element? {
-        if Task.isCancelled { endForTaskCancellation() }
+    func next(isolation actor: isolated (any Actor)?, checkCancellation: Bool) async throws(Failure) -> Element? {
+        if checkCancellation && Task.isCancelled { endForTaskCancellation() }
         switch poll() {
         case .element(let element): return element
         case .end: return nil
