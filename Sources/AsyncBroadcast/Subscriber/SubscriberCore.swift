@@ -336,6 +336,15 @@ final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendab
         case .element(let element): return element
         case .end: return nil
         case .failure(let error): throw error
+        case .empty: break
+        }
+        // Let the producer run once before parking: a consumer that keeps
+        // up would otherwise park and be woken for every single element.
+        await Task.yield()
+        switch poll() {
+        case .element(let element): return element
+        case .end: return nil
+        case .failure(let error): throw error
         case .empty: return try await waitForNext(isolation: actor)
         }
     }
