@@ -118,6 +118,36 @@ import Testing
         #expect(subscription.droppedCount == 0)
     }
 
+    /// Interleaves sends and reads so the lock-free buffer wraps around its
+    /// segments and grows while partly read, for each lock-free policy.
+    @Test(arguments: [BroadcastBufferingPolicy.unbounded, .bounded(3), .bounded(100), .bufferingOldest(70), .bufferingOldest(1000)])
+    func lockFreeBufferWrapsAndGrowsWithoutLoss(policy: BroadcastBufferingPolicy) {
+        let sequence = BroadcastSequence(of: Int.self)
+        let subscription = sequence.subscribe(bufferingPolicy: policy)
+        var model: [Int] = []
+        var received: [Int] = []
+        var modelReceived: [Int] = []
+        var modelDropped = 0
+        var limit = Int.max
+        if case .bufferingOldest(let n) = policy { limit = n }
+        var next = 0
+        for round in 0..<300 {
+            for _ in 0..<(round * 7 % 23) {
+                sequence.send(next)
+                if model.count < limit { model.append(next) } else { modelDropped += 1 }
+                next += 1
+            }
+            for _ in 0..<(round * 5 % 19) {
+                if case .element(let e) = subscription.poll() { received.append(e) }
+                if !model.isEmpty { modelReceived.append(model.removeFirst()) }
+            }
+        }
+        received += pollAll(subscription)
+        modelReceived += model
+        #expect(received == modelReceived)
+        #expect(subscription.droppedCount == modelDropped)
+    }
+
     @Test func unboundedLosesNothingAcrossGrowth() {
         let sequence = BroadcastSequence(of: Int.self)
         let subscription = sequence.subscribe()

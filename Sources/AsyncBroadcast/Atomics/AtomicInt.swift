@@ -13,6 +13,8 @@ struct AtomicInt: @unchecked Sendable {
 
     @usableFromInline func destroy() { cab_atomic_int_destroy(UnsafeMutablePointer(raw)) }
 
+    @usableFromInline func loadRelaxed() -> Int { cab_atomic_int_load_relaxed(UnsafeMutablePointer(raw)) }
+    @usableFromInline func storeRelaxed(_ value: Int) { cab_atomic_int_store_relaxed(UnsafeMutablePointer(raw), value) }
     @usableFromInline func loadAcquire() -> Int { cab_atomic_int_load_acquire(UnsafeMutablePointer(raw)) }
     @usableFromInline func loadSequentiallyConsistent() -> Int { cab_atomic_int_load_seq_cst(UnsafeMutablePointer(raw)) }
     @usableFromInline func storeRelease(_ value: Int) { cab_atomic_int_store_release(UnsafeMutablePointer(raw), value) }
@@ -31,7 +33,15 @@ struct AtomicInt: @unchecked Sendable {
         return (exchanged, expected)
     }
 
+    @usableFromInline func fetchAddAcquiringAndReleasing(_ delta: Int) -> Int {
+        cab_atomic_int_fetch_add_acq_rel(UnsafeMutablePointer(raw), delta)
+    }
+
     @usableFromInline func fetchOrAcquiringAndReleasing(_ bits: Int) -> Int {
         cab_atomic_int_fetch_or_acq_rel(UnsafeMutablePointer(raw), bits)
     }
 }
+
+/// A sequentially consistent fence (see `cab_thread_fence_seq_cst`).
+@usableFromInline
+func sequentiallyConsistentFence() { cab_thread_fence_seq_cst() }

@@ -31,6 +31,9 @@ struct BroadcastState<Element: Sendable, Failure: Error>: ~Copyable {
     @usableFromInline var fullSubscribers: [SubscriberCore<Element, Failure>] = []
     @usableFromInline var replay: RingBuffer<Element>
     @usableFromInline let replayLimit: Int
+    /// Lock-free consumers that are parked or about to park (see
+    /// `SubscriberCore`): a send looks for them only when this is non-zero.
+    @usableFromInline let parkedConsumers: AtomicInt
     @usableFromInline var terminal: Terminal?
     /// Waiting emitters, in arrival order.
     @usableFromInline var emitters: [PendingEmit<Element>] = []
@@ -39,8 +42,9 @@ struct BroadcastState<Element: Sendable, Failure: Error>: ~Copyable {
     @usableFromInline var nextEmitID = 0
 
     @inlinable
-    init(replayLimit: Int) {
+    init(replayLimit: Int, parkedConsumers: AtomicInt) {
         self.replayLimit = replayLimit
+        self.parkedConsumers = parkedConsumers
         self.replay = RingBuffer(initialCapacity: Swift.min(replayLimit, 16))
     }
 
@@ -111,6 +115,15 @@ struct BroadcastState<Element: Sendable, Failure: Error>: ~Copyable {
                 result.dropped += 1
             case .skipped:
                 break
+            }
+        }
+        // Lock-free subscribers: publish everything, then look for parked
+        // consumers. The fence pairs with the one a consumer issues after
+        // counting itself in `parkedConsumers` and moving to `parked`.
+        sequentiallyConsistentFence()
+        if parkedConsumers.loadRelaxed() != 0 {
+            for subscriber in subscribers {
+                subscriber._withUnsafeGuaranteedRef { $0.wakeIfParked(effects: &effects) }
             }
         }
         if replayLimit > 0 {

@@ -18,17 +18,22 @@ final class BroadcastStorage<Element: Sendable, Failure: Error>: @unchecked Send
     @usableFromInline let emittersWaiting = AtomicInt(0)
     /// Reused `Effects` storage, so steady-state sends allocate nothing.
     @usableFromInline let pool = EffectsPool<Element>()
+    /// See `BroadcastState.parkedConsumers`.
+    @usableFromInline let parkedConsumers: AtomicInt
 
     @usableFromInline
     init(defaultPolicy: BroadcastBufferingPolicy, replay: Int) {
         self.defaultPolicy = defaultPolicy
-        self.state = BroadcastState(replayLimit: replay)
+        let parkedConsumers = AtomicInt(0)
+        self.parkedConsumers = parkedConsumers
+        self.state = BroadcastState(replayLimit: replay, parkedConsumers: parkedConsumers)
     }
 
     deinit {
         lock.destroy()
         emittersWaiting.destroy()
         pool.destroy()
+        parkedConsumers.destroy()
     }
 
     // MARK: Queries

@@ -25,20 +25,6 @@ enum OfferOutcome {
     case skipped
 }
 
-/// How a subscriber's consumer reads without the lock.
-@usableFromInline
-enum BatchMode {
-    /// `.bufferingNewest` and capacity 0: producers evict the oldest unread
-    /// element, so every read takes the lock.
-    case none
-    /// `.unbounded`: producers never need the batch's size.
-    case plain
-    /// `.bufferingOldest(n)`: producers count the batch against `n`.
-    case counted
-    /// `.bounded(n)`: as `.counted`, and reads may release waiting emitters.
-    case bounded
-}
-
 /// Result of a non-suspending look at a subscriber.
 @usableFromInline
 enum PollOutcome<Element, Failure: Error> {
@@ -48,27 +34,47 @@ enum PollOutcome<Element, Failure: Error> {
     case failure(Failure)
 }
 
-/// One subscriber: its ring buffer, its terminal event, and the parked
-/// consumer's continuation.
+/// One subscriber: its buffer, its terminal event, and the parked consumer's
+/// continuation.
 ///
-/// ## Synchronization
-/// - `lock` (this subscriber's own mutex, never shared with other
-///   subscribers) guards `ring`, `terminal` and `dropped`. Producers take it
-///   while already holding the sequence lock (order: sequence, then
-///   subscriber); the consumer takes it alone.
-/// - `parkState` guards the hand-off of `continuation` between the consumer,
-///   producers and the task-cancellation handler, which takes no lock at all:
+/// ## Two buffer modes
+/// - **Lock-free (`isLockFree`)**, for `.unbounded`, `.bounded` and
+///   `.bufferingOldest(n > 0)`: producers never remove elements, so the
+///   buffer is a single-producer/single-consumer queue (`SPSCRing`).
+///   Producers are already serialized by the sequence lock and a
+///   subscription has one consumer, so neither side takes a lock per
+///   element.
+/// - **Locked**, for `.bufferingNewest` and capacity 0: a producer may evict
+///   the oldest unread element, so `ring` is guarded by `lock` on both sides.
 ///
-///   ```
-///   idle ──park (consumer, under lock)──▶ parked ──wake (CAS, under lock)──▶ idle
-///     │                                      │
-///     └──cancel handler──▶ cancelled ◀───────┘ cancel handler (fetch-or) wins
-///   ```
-///   Whoever moves the word out of `parked` owns the continuation and resumes
-///   it, exactly once, after releasing every lock. `cancelled` is a
-///   tombstone: a park that comes after it resumes at once, and producers
-///   skip the subscriber.
-/// - `registryIndex`, `fullIndex` are guarded by the sequence lock.
+/// ## The park/wake hand-off
+/// `parkState` decides who owns `continuation`:
+///
+/// ```
+/// idle ──park (consumer)──▶ parked ──wake (CAS)──▶ idle
+///   │                          │
+///   └──cancel handler──▶ cancelled ◀── cancel handler (fetch-or) wins
+/// ```
+/// Whoever moves the word out of `parked` owns the continuation and resumes
+/// it exactly once, after releasing every lock. `cancelled` is a tombstone:
+/// a park that comes after it resumes at once and producers skip the
+/// subscriber. The task-cancellation handler takes no lock.
+///
+/// In locked mode the consumer parks under `lock` after seeing an empty
+/// ring, and producers (also under `lock`) hand an element straight to a
+/// parked consumer. In lock-free mode nobody holds a common lock, so the two
+/// sides meet Dekker-style: the consumer counts itself in
+/// `storage.parkedConsumers`, moves to `parked`, issues a sequentially
+/// consistent fence and looks for work once more; a producer publishes its
+/// elements, issues a fence, and wakes parked subscribers if any are
+/// counted. One of the two always sees the other.
+///
+/// ## Guards
+/// - `lock` (this subscriber's own) guards `ring` and `terminal`. Order: sequence lock, then subscriber lock.
+/// - The sequence lock guards `registryIndex`, `fullIndex` and the
+///   producer side of `SPSCRing`.
+/// - `consumerBusy` guards the consumer side of `SPSCRing`; a second
+///   concurrent consumer traps instead of corrupting it.
 @usableFromInline
 final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendable {
     @inlinable static var idle: Int { 0 }
@@ -79,46 +85,57 @@ final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendab
     /// `nil` for a subscription that was never registered (subscribed from a
     /// cancelled task or after `finish`).
     @usableFromInline let storage: BroadcastStorage<Element, Failure>?
+    @usableFromInline let isLockFree: Bool
+    /// For `.bounded(n)` and `.bufferingOldest(n)`: `n`; otherwise `Int.max`.
+    @usableFromInline let limit: Int
 
     @usableFromInline let lock = Lock()
     @usableFromInline let parkState = AtomicInt(0)
     @usableFromInline var continuation: UnsafeContinuation<Wake<Element>, Never>?
-    /// Shared with producers; guarded by `lock`.
-    @usableFromInline var ring: RingBuffer<Element>
-    /// The consumer's private batch (see `BatchMode`): only the consumer
-    /// touches it, without a lock. Older than everything in `ring`.
-    @usableFromInline var batch: RingBuffer<Element>
-    /// `batch.count`, published for producers' capacity checks.
-    @usableFromInline let batchCount = AtomicInt(0)
-    /// Set by `cancel()`: the consumer must drop its batch and end.
-    @usableFromInline let ended = AtomicInt(0)
-    /// Non-zero while a consumer is inside `poll()`; a second one traps.
-    @usableFromInline let consumerBusy = AtomicInt(0)
-    @usableFromInline let batchMode: BatchMode
     @usableFromInline var terminal: SubscriberTerminal<Failure>?
-    @usableFromInline var dropped = 0
+    /// Non-zero once `terminal` is set (it is read under `lock`).
+    @usableFromInline let terminalHint = AtomicInt(0)
+    @usableFromInline let dropped = AtomicInt(0)
+
+    /// Locked mode: the buffer.
+    @usableFromInline var ring: RingBuffer<Element>
+    /// Lock-free mode: the buffer (`spscOwner` owns it; hot paths go
+    /// through the unmanaged `spscHandle` so that neither side touches its
+    /// reference count, which would bounce between cores).
+    @usableFromInline let spscOwner: SPSCRing<Element>
+    @usableFromInline let spscHandle: Unmanaged<SPSCRing<Element>>
+    /// 1 while a consumer is inside `poll()`, 2 while `cancel()` frees the
+    /// buffer.
+    @usableFromInline let consumerBusy = AtomicInt(0)
+    /// Set by `cancel()`; the consumer then drops what it holds and ends.
+    @usableFromInline let ended = AtomicInt(0)
 
     /// Position in the sequence's registry, or `nil` once removed.
     @usableFromInline var registryIndex: Int?
     /// Position in the sequence's list of full `.bounded` subscribers.
     @usableFromInline var fullIndex: Int?
 
-    /// For `.bounded(n)`: `n`; otherwise `Int.max`.
-    @usableFromInline let boundedCapacity: Int
-
     @usableFromInline
     init(policy: BroadcastBufferingPolicy, storage: BroadcastStorage<Element, Failure>?) {
         self.policy = policy
         self.storage = storage
-        self.ring = RingBuffer(initialCapacity: policy.initialStorageCapacity)
-        self.batch = RingBuffer()
         switch policy {
-        case .unbounded: batchMode = .plain
-        case .bufferingOldest(let n): batchMode = n > 0 ? .counted : .none
-        case .bounded: batchMode = .bounded
-        case .bufferingNewest: batchMode = .none
+        case .unbounded:
+            isLockFree = true
+            limit = .max
+        case .bounded(let n):
+            isLockFree = true
+            limit = n
+        case .bufferingOldest(let n):
+            isLockFree = n > 0
+            limit = n
+        case .bufferingNewest(let n):
+            isLockFree = false
+            limit = n
         }
-        if case .bounded(let n) = policy { boundedCapacity = n } else { boundedCapacity = .max }
+        ring = RingBuffer(initialCapacity: isLockFree ? 0 : policy.initialStorageCapacity)
+        spscOwner = SPSCRing(capacity: isLockFree ? Swift.min(limit, SPSCRing<Element>.defaultCapacity) : 1)
+        spscHandle = Unmanaged.passUnretained(spscOwner)
     }
 
     deinit {
@@ -126,16 +143,57 @@ final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendab
         assert(continuation == nil)
         lock.destroy()
         parkState.destroy()
-        batchCount.destroy()
-        ended.destroy()
+        terminalHint.destroy()
+        dropped.destroy()
         consumerBusy.destroy()
+        ended.destroy()
     }
 
     // MARK: Producer side (called with the sequence lock held)
 
-    /// Hands `element` to this subscriber according to its policy.
+    /// Hands `element` to this subscriber according to its policy. In
+    /// lock-free mode a parked consumer is woken later, by `wakeIfParked`,
+    /// once the whole send is published.
     @inlinable
     func offer(_ element: Element, effects: inout Effects<Element>) -> OfferOutcome {
+        isLockFree ? offerLockFree(element) : offerLocked(element, effects: &effects)
+    }
+
+    @inlinable
+    func offerLockFree(_ element: Element) -> OfferOutcome {
+        // Registered implies no terminal event (finish runs under the
+        // sequence lock too); only the cancellation tombstone can be set.
+        if parkState.loadAcquire() & Self.cancelledBit != 0 { return .skipped }
+        if limit != .max, case .bufferingOldest = policy, producerCount() >= limit {
+            countDrop()
+            return .dropped
+        }
+        spscHandle._withUnsafeGuaranteedRef { $0.push(element) }
+        return deliveredOutcome()
+    }
+
+    @inlinable
+    func deliveredOutcome() -> OfferOutcome {
+        if case .bounded = policy, producerCount() >= limit { return .deliveredFull }
+        return .delivered
+    }
+
+    /// Unread elements, as the producer sees them (sequence lock held).
+    @inlinable
+    func producerCount() -> Int {
+        spscHandle._withUnsafeGuaranteedRef { $0.producerCount() }
+    }
+
+    @inlinable
+    func countDrop() {
+        #if ASYNCBROADCAST_FAULT_MISCOUNT_EVICTION
+        if case .bufferingNewest(let n) = policy, ring.capacity == n { return }
+        #endif
+        dropped.storeRelease(dropped.loadRelaxed() + 1)  // single writer: the lock holder
+    }
+
+    @inlinable
+    func offerLocked(_ element: Element, effects: inout Effects<Element>) -> OfferOutcome {
         lock.lock()
         defer { lock.unlock() }
         if terminal != nil { return .skipped }
@@ -152,85 +210,93 @@ final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendab
             #endif
         }
         switch policy {
-        case .unbounded:
-            ring.append(element)
-            return .delivered
-        case .bounded:
-            ring.append(element)
-            return ring.count + batchCount.loadAcquire() >= boundedCapacity ? .deliveredFull : .delivered
-        case .bufferingOldest(let limit):
-            guard ring.count + batchCount.loadAcquire() < limit else {
-                dropped += 1
-                return .dropped
-            }
-            ring.append(element)
-            return .delivered
-        case .bufferingNewest(let limit):
-            guard limit > 0 else {
-                dropped += 1
-                return .dropped
-            }
+        case .bufferingOldest, .bufferingNewest(0):
+            countDrop()  // capacity 0 and no reader waiting
+            return .dropped
+        default:
             guard ring.count >= limit else {
                 ring.append(element)
                 return .delivered
             }
             effects.release(ring.popFirst().unsafelyUnwrapped)
-            #if !ASYNCBROADCAST_FAULT_MISCOUNT_EVICTION
-            dropped += 1
-            #else
-            if ring.capacity != limit { dropped += 1 }
-            #endif
+            countDrop()
             ring.append(element)
             return .deliveredEvicting
         }
     }
 
+    /// Lock-free mode, after a send is published and fenced: resume a
+    /// parked consumer.
+    @inlinable
+    func wakeIfParked(effects: inout Effects<Element>) {
+        #if !ASYNCBROADCAST_FAULT_SKIP_WAKE
+        guard isLockFree, parkState.loadAcquire() == Self.parked else { return }
+        if parkState.compareExchange(expected: Self.parked, desired: Self.idle).exchanged {
+            effects.resume(takeContinuation(), with: .retry)
+        }
+        #endif
+    }
+
     /// Records the sequence's terminal event and wakes a parked consumer.
     @usableFromInline
     func finish(_ event: SubscriberTerminal<Failure>, effects: inout Effects<Element>) {
-        lock.lock()
-        defer { lock.unlock() }
-        if terminal == nil { terminal = event }
+        setTerminal(event)
+        sequentiallyConsistentFence()  // pairs with the fence in `park`
         if parkState.compareExchange(expected: Self.parked, desired: Self.idle).exchanged {
             effects.resume(takeContinuation(), with: .retry)
         }
     }
 
     /// `true` if this `.bounded` subscriber holds fewer than its capacity.
+    /// Called with the sequence lock held.
     @usableFromInline
     func hasRoom() -> Bool {
-        lock.withLock { ring.count + batchCount.loadAcquire() < boundedCapacity }
+        producerCount() < limit
     }
 
-    // MARK: Consumer side
+    // MARK: Queries
 
     @usableFromInline
-    var droppedCount: Int { lock.withLock { dropped } }
+    var droppedCount: Int { dropped.loadAcquire() }
 
     @usableFromInline
-    var isBufferEmpty: Bool { lock.withLock { ring.isEmpty } && batchCount.loadAcquire() == 0 }
+    var isBufferEmpty: Bool {
+        isLockFree
+            ? spscHandle._withUnsafeGuaranteedRef { $0.isEmptyForObserver }
+            : lock.withLock { ring.isEmpty }
+    }
 
     /// Whether a consumer is suspended in `next()` right now (for tests).
     @usableFromInline
     var isConsumerParked: Bool { parkState.loadAcquire() == Self.parked }
 
+    // MARK: Ending
+
     /// Ends the subscriber at once: unregisters it, frees its buffer and wakes
     /// a parked consumer, which then returns `nil`.
     @usableFromInline
     func cancel() {
-        storage?.remove(self)
+        storage?.remove(self)  // no producer touches the buffer after this
         var effects = Effects(pool: storage?.pool)
         lock.lock()
         terminal = .ended
-        // The consumer drops its private batch when it sees this (it may be
-        // reading it right now); `deinit` frees it otherwise.
-        ended.storeRelease(1)
+        terminalHint.storeRelease(1)
         let discarded = ring.takeAll()
+        lock.unlock()
+        _ = consume discarded  // element deinitializers run here, unlocked
+        if isLockFree {
+            ended.storeRelease(1)
+            // Free the consumer side too, unless a consumer is reading it
+            // right now (it drops everything itself when it sees `ended`).
+            if consumerBusy.compareExchange(expected: 0, desired: 2).exchanged {
+                spscHandle._withUnsafeGuaranteedRef { $0.removeAll() }
+                consumerBusy.storeRelease(0)
+            }
+        }
+        sequentiallyConsistentFence()  // pairs with the fence in `park`
         if parkState.compareExchange(expected: Self.parked, desired: Self.idle).exchanged {
             effects.resume(takeContinuation(), with: .retry)
         }
-        lock.unlock()
-        _ = consume discarded  // element deinitializers run here, unlocked
         effects.run()
     }
 
@@ -238,52 +304,74 @@ final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendab
     @inlinable
     func endForTaskCancellation() {
         storage?.remove(self)
-        lock.withLock {
-            if terminal == nil { terminal = .cancelled }
-        }
+        lock.lock()
+        if terminal == nil { setTerminalLocked(.cancelled) }
+        lock.unlock()
     }
 
+    @usableFromInline
+    func setTerminal(_ event: SubscriberTerminal<Failure>) {
+        lock.lock()
+        if terminal == nil { setTerminalLocked(event) }
+        lock.unlock()
+    }
+
+    @inlinable
+    func setTerminalLocked(_ event: SubscriberTerminal<Failure>) {
+        terminal = event
+        terminalHint.storeRelease(1)
+    }
+
+    // MARK: Consumer side
+
     /// One non-suspending step: an element, the end, or `.empty`.
-    ///
-    /// With a batch (`batchMode != .none`) the consumer pops from its
-    /// private `batch` without locking, and when that runs dry takes the
-    /// lock once to swap it with the shared `ring` (O(1), and the drained
-    /// allocation goes back to producers, so nothing is allocated).
     @inlinable
     func poll() -> PollOutcome<Element, Failure> {
-        if consumerBusy.exchangeAcquiringAndReleasing(1) != 0 {
-            preconditionFailure("AsyncBroadcast: concurrent next() calls on one Subscription; a subscription has exactly one consumer")
-        }
-        defer { consumerBusy.storeRelease(0) }
-        if batchMode != .none {
+        if isLockFree {
+            let claimed = consumerBusy.compareExchange(expected: 0, desired: 1)
+            if !claimed.exchanged {
+                if claimed.original == 2 { return .end }  // cancel() is freeing the buffer
+                preconditionFailure("AsyncBroadcast: concurrent next() calls on one Subscription; a subscription has exactly one consumer")
+            }
+            defer { consumerBusy.storeRelease(0) }
             if ended.loadAcquire() != 0 {
-                let discarded = batch.takeAll()
-                batchCount.storeRelease(0)
-                _ = consume discarded
+                spscHandle._withUnsafeGuaranteedRef { $0.removeAll() }
                 return .end
             }
-            if let element = batch.popFirst() {
-                publishBatchCount()
-                notifyEmittersIfBounded()
-                return .element(element)
-            }
+            if let element = popLockFree() { return .element(element) }
+            guard terminalHint.loadAcquire() != 0 else { return .empty }
+            // Everything sent before the terminal event is visible now.
+            if let element = popLockFree() { return .element(element) }
+            return takeTerminal()
         }
         lock.lock()
-        if batchMode != .none {
-            if !ring.isEmpty {
-                let drained = batch.takeAll()
-                batch = ring.takeAll()
-                ring = drained
-                let element = batch.popFirst().unsafelyUnwrapped
-                publishBatchCount()
-                lock.unlock()
-                notifyEmittersIfBounded()  // never under our lock: it takes the sequence lock
-                return .element(element)
-            }
-        } else if let element = ring.popFirst() {
+        if let element = ring.popFirst() {
             lock.unlock()
             return .element(element)
         }
+        lock.unlock()
+        return takeTerminal()
+    }
+
+    /// Lock-free mode, `consumerBusy` held.
+    @inlinable
+    func popLockFree() -> Element? {
+        let isBounded: Bool
+        if case .bounded = policy { isBounded = true } else { isBounded = false }
+        guard let element = spscHandle._withUnsafeGuaranteedRef({ $0.pop(publishSequentiallyConsistent: isBounded) }) else {
+            return nil
+        }
+        // A `.bounded` read may release waiting emitters. The emitter stores
+        // its flag, then reads our count; we publish our count (sequentially
+        // consistent), then read its flag: one of the two sees the other.
+        if isBounded { storage?.boundedSubscriberMayHaveRoom() }
+        return element
+    }
+
+    /// Delivers the terminal event once (`.empty` if there is none yet).
+    @inlinable
+    func takeTerminal() -> PollOutcome<Element, Failure> {
+        lock.lock()
         guard let event = terminal else {
             lock.unlock()
             return .empty
@@ -302,33 +390,14 @@ final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendab
         }
     }
 
-    /// Publishes the batch's size for producers' capacity checks. For
-    /// `.bounded`, the sequentially consistent store pairs with the emitter's
-    /// store of its flag before it reads our count: one sees the other.
-    @inlinable
-    func publishBatchCount() {
-        if batchMode == .bounded {
-            batchCount.storeSequentiallyConsistent(batch.count)
-        } else {
-            batchCount.storeRelease(batch.count)
-        }
-    }
-
-    /// A read from a `.bounded` subscriber may release waiting emitters.
-    /// Call with no lock held.
-    @inlinable
-    func notifyEmittersIfBounded() {
-        if batchMode == .bounded { storage?.boundedSubscriberMayHaveRoom() }
-    }
-
     /// `next()`: a synchronous attempt first, so a consumer with something
     /// buffered never enters another async function, creates no
     /// continuation and never suspends.
     ///
     /// Reading the task's cancellation flag is an expensive 16-byte atomic
     /// load, so the iterator asks for it only on its first call and then
-    /// every `cancellationCheckInterval` calls; parking always notices
-    /// cancellation (through the cancellation handler).
+    /// every 32 calls; parking always notices cancellation (through the
+    /// cancellation handler).
     @inlinable
     func next(isolation actor: isolated (any Actor)?, checkCancellation: Bool) async throws(Failure) -> Element? {
         if checkCancellation && Task.isCancelled { endForTaskCancellation() }
@@ -360,6 +429,7 @@ final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendab
             } onCancel: {
                 self.cancelWhileParked()
             }
+            if isLockFree { _ = storage?.parkedConsumers.fetchAddAcquiringAndReleasing(-1) }
             switch wake {
             case .element(let element): return element
             case .retry: break
@@ -374,25 +444,41 @@ final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendab
         }
     }
 
-    /// Stores the continuation, unless the buffer refilled or the subscriber
-    /// ended meanwhile (then it resumes at once). Runs inside
-    /// `withUnsafeContinuation`, so the lock is only held within this call,
-    /// never across the suspension (swiftlang/swift#85668).
+    /// Stores the continuation, unless there is work already (then it
+    /// resumes at once). Runs inside `withUnsafeContinuation`; any lock is
+    /// held only within this call, never across the suspension
+    /// (swiftlang/swift#85668).
     @inlinable
     func park(_ newContinuation: UnsafeContinuation<Wake<Element>, Never>) {
+        let state = parkState.loadAcquire()
+        precondition(state & Self.parked == 0,
+                     "AsyncBroadcast: concurrent next() calls on one Subscription; a subscription has exactly one consumer")
+        if isLockFree {
+            _ = storage?.parkedConsumers.fetchAddAcquiringAndReleasing(1)
+            continuation = newContinuation
+            // Publishes `continuation` (release) to whoever moves us out of `parked`.
+            guard parkState.compareExchange(expected: Self.idle, desired: Self.parked).exchanged else {
+                continuation = nil
+                newContinuation.resume(returning: .cancelled)  // the cancellation tombstone is set
+                return
+            }
+            sequentiallyConsistentFence()  // pairs with the producers' fence after publishing
+            let hasWork = spscHandle._withUnsafeGuaranteedRef { $0.hasElementsForConsumer }
+                || terminalHint.loadAcquire() != 0 || ended.loadAcquire() != 0
+            if hasWork, parkState.compareExchange(expected: Self.parked, desired: Self.idle).exchanged {
+                continuation = nil
+                newContinuation.resume(returning: .retry)
+            }
+            return
+        }
         lock.lock()
         if !ring.isEmpty || terminal != nil {
             lock.unlock()
             newContinuation.resume(returning: .retry)
             return
         }
-        let state = parkState.loadAcquire()
-        precondition(state & Self.parked == 0,
-                     "AsyncBroadcast: concurrent next() calls on one Subscription; a subscription has exactly one consumer")
         continuation = newContinuation
-        // Publishes `continuation` (release) to whoever moves us out of `parked`.
         guard parkState.compareExchange(expected: Self.idle, desired: Self.parked).exchanged else {
-            // The cancellation tombstone is set: resume at once.
             continuation = nil
             lock.unlock()
             newContinuation.resume(returning: .cancelled)
@@ -420,12 +506,5 @@ final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendab
         let taken = continuation.unsafelyUnwrapped
         continuation = nil
         return taken
-    }
-
-    // MARK: Setup (before the subscriber is visible to other threads)
-
-    @usableFromInline
-    func setTerminal(_ event: SubscriberTerminal<Failure>) {
-        lock.withLock { terminal = event }
     }
 }

@@ -91,6 +91,12 @@ static inline intptr_t cab_atomic_int_fetch_sub_acq_rel(cab_atomic_int *_Nonnull
     return atomic_fetch_sub_explicit(&a->value, v, memory_order_acq_rel);
 }
 
+/// A full sequentially consistent fence: orders a preceding store before a
+/// following load (the store-buffering pattern of a park/wake hand-off).
+static inline void cab_thread_fence_seq_cst(void) {
+    atomic_thread_fence(memory_order_seq_cst);
+}
+
 // MARK: - Mutex
 //
 // A real OS lock (pthread mutex / os_unfair_lock): waiters sleep in the

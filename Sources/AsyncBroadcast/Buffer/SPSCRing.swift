@@ -1,0 +1,158 @@
+/// One segment of an `SPSCRing`: a power-of-two ring of slots that holds the
+/// elements with indices in `[base, end)`.
+///
+/// `end` is `Int.max` while producers still append here. A producer that
+/// finds the segment full links `next` and then stores `end` (release); the
+/// consumer that reaches `end` (acquire) follows `next`.
+@usableFromInline
+final class SPSCSegment<Element> {
+    @usableFromInline let base: Int
+    @usableFromInline let mask: Int
+    @usableFromInline let slots: UnsafeMutablePointer<Element>
+    @usableFromInline var next: SPSCSegment<Element>?
+    @usableFromInline let end = AtomicInt(.max)
+
+    @inlinable var capacity: Int { mask + 1 }
+
+    @inlinable
+    init(base: Int, capacity: Int) {
+        precondition(capacity > 0 && capacity & (capacity - 1) == 0)
+        self.base = base
+        self.mask = capacity - 1
+        self.slots = .allocate(capacity: capacity)
+    }
+
+    deinit {
+        // The owner deinitializes every element before letting go.
+        slots.deallocate()
+        end.destroy()
+    }
+}
+
+/// A single-producer, single-consumer FIFO of unbounded size, for
+/// subscribers whose producers never remove elements.
+///
+/// "Single producer" holds because every producer runs under the sequence
+/// lock; "single consumer" because a subscription has one consumer (guarded
+/// by `SubscriberCore.consumerBusy`). Neither side takes a lock per element.
+///
+/// Invariants:
+/// - Elements have consecutive indices; `tail` (published by the producer)
+///   counts pushes, `head` (published by the consumer) counts pops, and
+///   exactly the indices in `[head, tail)` hold initialized elements.
+/// - Index `i` of a segment lives in `slots[i & mask]`; a producer never has
+///   more than `capacity` unread elements in one segment, so live slots
+///   never collide.
+/// - The producer's fields (`producerSegment`, `producerTail`,
+///   `producerCachedHead`) are touched only under the sequence lock; the
+///   consumer's (`consumerSegment`, `consumerHead`) only by the consumer.
+///   Each is a separate stored property, so the two sides never overlap.
+/// - Steady state allocates nothing: while the consumer keeps within one
+///   segment, the producer wraps around it. A full segment links a new one of
+///   twice the capacity (up to `maximumSegmentCapacity`); the consumer frees
+///   the old one after reading its last element.
+@usableFromInline
+final class SPSCRing<Element> {
+    @inlinable static var defaultCapacity: Int { 64 }
+    @inlinable static var maximumSegmentCapacity: Int { 1 << 16 }
+
+    @usableFromInline let tail = AtomicInt(0)
+    @usableFromInline let head = AtomicInt(0)
+
+    // Hot paths use unowned(unsafe) references: retaining a segment that
+    // both sides touch would bounce its reference count between cores.
+    // `consumerOwner` keeps the consumer's segment alive, and each segment
+    // keeps its `next` alive, so every segment up to the producer's is owned.
+    @usableFromInline unowned(unsafe) var producerSegment: SPSCSegment<Element>
+    @usableFromInline var producerTail = 0
+    @usableFromInline var producerCachedHead = 0
+
+    @usableFromInline unowned(unsafe) var consumerSegment: SPSCSegment<Element>
+    @usableFromInline var consumerOwner: SPSCSegment<Element>
+    @usableFromInline var consumerHead = 0
+
+    @inlinable
+    init(capacity: Int) {
+        let first = SPSCSegment<Element>(base: 0, capacity: RingBuffer<Element>.roundUpToPowerOfTwo(Swift.max(capacity, 1)))
+        consumerOwner = first
+        producerSegment = first
+        consumerSegment = first
+    }
+
+    deinit {
+        // No other thread can hold the ring now.
+        removeAll()
+        head.destroy()
+        tail.destroy()
+    }
+
+    // MARK: Producer (sequence lock held)
+
+    @inlinable
+    func push(_ element: consuming Element) {
+        unowned(unsafe) var segment = producerSegment
+        if producerTail - Swift.max(producerCachedHead, segment.base) == segment.capacity {
+            producerCachedHead = head.loadAcquire()
+            if producerTail - Swift.max(producerCachedHead, segment.base) == segment.capacity {
+                let fresh = SPSCSegment<Element>(
+                    base: producerTail,
+                    capacity: Swift.min(segment.capacity * 2, Self.maximumSegmentCapacity))
+                segment.next = fresh  // owns `fresh`
+                segment.end.storeRelease(producerTail)  // publishes `next`
+                producerSegment = fresh
+                segment = fresh
+            }
+        }
+        (segment.slots + (producerTail & segment.mask)).initialize(to: element)
+        producerTail += 1
+        tail.storeRelease(producerTail)
+    }
+
+    /// Unread elements as the producer sees them (it may count an element
+    /// the consumer is taking right now: the read is ordered after us).
+    @inlinable
+    func producerCount() -> Int {
+        producerCachedHead = head.loadSequentiallyConsistent()
+        return producerTail - producerCachedHead
+    }
+
+    // MARK: Consumer
+
+    /// - Parameter publishSequentiallyConsistent: publish the new `head`
+    ///   with a sequentially consistent store (for `.bounded`, whose
+    ///   emitters read it after storing their own flag).
+    @inlinable
+    func pop(publishSequentiallyConsistent: Bool) -> Element? {
+        let index = consumerHead
+        guard index != tail.loadAcquire() else { return nil }
+        unowned(unsafe) var segment = consumerSegment
+        if index == segment.end.loadAcquire() {
+            let next = segment.next.unsafelyUnwrapped
+            consumerOwner = next  // the old segment is empty: freed here
+            consumerSegment = next
+            segment = next
+        }
+        let element = (segment.slots + (index & segment.mask)).move()
+        consumerHead = index + 1
+        if publishSequentiallyConsistent {
+            head.storeSequentiallyConsistent(index + 1)
+        } else {
+            head.storeRelease(index + 1)
+        }
+        return element
+    }
+
+    /// Whether the consumer has something to read (consumer side).
+    @inlinable
+    var hasElementsForConsumer: Bool { consumerHead != tail.loadAcquire() }
+
+    /// A snapshot for observers on other threads (tests).
+    @inlinable
+    var isEmptyForObserver: Bool { head.loadAcquire() == tail.loadAcquire() }
+
+    /// Drops every element. Consumer side, or exclusive access.
+    @inlinable
+    func removeAll() {
+        while pop(publishSequentiallyConsistent: false) != nil {}
+    }
+}
