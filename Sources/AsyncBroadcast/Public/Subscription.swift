@@ -13,9 +13,9 @@ extension BroadcastSequence {
     /// print("dropped", subscription.droppedCount)
     /// ```
     ///
-    /// One subscription has one consumer. Concurrent `next()` calls never
-    /// corrupt its buffer, but a second task suspending in `next()` while
-    /// another already waits there is a programmer error and traps.
+    /// One subscription has one consumer. Calling `next()` from two tasks at
+    /// once is a programmer error: it never corrupts the buffer, and it traps
+    /// with a message when the calls are caught overlapping.
     public final class Subscription: AsyncSequence, Sendable {
         @usableFromInline let core: SubscriberCore<Element, Failure>
 
