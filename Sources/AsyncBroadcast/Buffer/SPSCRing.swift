@@ -108,6 +108,13 @@ final class SPSCRing<Element> {
         tail.storeRelease(producerTail)
     }
 
+    /// `producerCount() >= n`, re-reading the consumer's `head` only when
+    /// the cached one (never ahead of the real one) says it might be.
+    @inlinable
+    func producerCountReaches(_ n: Int) -> Bool {
+        producerTail - producerCachedHead >= n && producerCount() >= n
+    }
+
     /// Unread elements as the producer sees them (it may count an element
     /// the consumer is taking right now: the read is ordered after us).
     @inlinable

@@ -164,7 +164,8 @@ final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendab
         // Registered implies no terminal event (finish runs under the
         // sequence lock too); only the cancellation tombstone can be set.
         if parkState.loadAcquire() & Self.cancelledBit != 0 { return .skipped }
-        if limit != .max, case .bufferingOldest = policy, producerCount() >= limit {
+        if limit != .max, case .bufferingOldest = policy,
+           spscHandle._withUnsafeGuaranteedRef({ $0.producerCountReaches(limit) }) {
             countDrop()
             return .dropped
         }
@@ -174,7 +175,9 @@ final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendab
 
     @inlinable
     func deliveredOutcome() -> OfferOutcome {
-        if case .bounded = policy, producerCount() >= limit { return .deliveredFull }
+        if case .bounded = policy, spscHandle._withUnsafeGuaranteedRef({ $0.producerCountReaches(limit) }) {
+            return .deliveredFull
+        }
         return .delivered
     }
 
