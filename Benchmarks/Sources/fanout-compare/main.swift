@@ -1,0 +1,120 @@
+// fanout-compare: AsyncBroadcast against its peers, interleaved in one process.
+//
+//   swift run -c release --package-path Benchmarks fanout-compare            # full table
+//   swift run -c release --package-path Benchmarks fanout-compare --smoke    # CI: every cell once, small
+//
+// Options: --reps K, --deliveries D (M·N per throughput run), --churn C,
+// --samples S (wake-ups per latency run), --filter TEXT (workload name),
+// --peer TEXT (peer name), --n N (one subscriber count), --no-allocs.
+//
+// Exits non-zero only if a run delivered a wrong result (count, sum, order):
+// status 1, or status 3 if a run never finished (watchdog, 120 s per run).
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+import FanoutKit
+import MallocInterposerSwift
+
+var options = CompareOptions()
+var countAllocs = true
+let arguments = Array(CommandLine.arguments.dropFirst())
+
+@MainActor func value(after flag: String) -> Int {
+    guard let i = arguments.firstIndex(of: flag), i + 1 < arguments.count, let v = Int(arguments[i + 1]), v > 0 else {
+        log("fanout-compare: \(flag) needs a positive number")
+        exit(2)
+    }
+    return v
+}
+
+if arguments.contains("--help") || arguments.contains("-h") {
+    print("""
+    usage: fanout-compare [--smoke] [--reps K] [--deliveries D] [--churn C] [--samples S]
+                          [--filter TEXT] [--peer TEXT] [--n N] [--no-allocs]
+    """)
+    exit(0)
+}
+if arguments.contains("--smoke") { options = .smoke() }
+if arguments.contains("--reps") { options.reps = value(after: "--reps") }
+if arguments.contains("--deliveries") { options.deliveries = value(after: "--deliveries") }
+if arguments.contains("--churn") { options.churnCycles = value(after: "--churn") }
+if arguments.contains("--samples") { options.latencySamples = value(after: "--samples") }
+if let i = arguments.firstIndex(of: "--filter"), i + 1 < arguments.count { options.filter = arguments[i + 1] }
+if let i = arguments.firstIndex(of: "--peer"), i + 1 < arguments.count { options.peerFilter = arguments[i + 1] }
+if arguments.contains("--n") { options.onlyN = value(after: "--n") }
+if arguments.contains("--no-allocs") { countAllocs = false }
+
+// MARK: Allocation counting
+
+/// Whether the interposer sees this process's mallocs (it must come before
+/// libc in symbol lookup: linked first, or LD_PRELOADed).
+nonisolated(unsafe) var escapedProbe: UnsafeMutableRawPointer?
+
+@inline(never)
+func interposerCounts() -> Bool {
+    MallocInterposerSwift.initialize()
+    MallocInterposerSwift.hook()
+    escapedProbe = malloc(48)  // escapes, so the optimiser cannot drop it
+    MallocInterposerSwift.unhook()
+    free(escapedProbe)
+    escapedProbe = nil
+    return MallocInterposerSwift.getStatistics().mallocCount > 0
+}
+
+#if os(Linux)
+/// Re-executes this program with the interposer preloaded.
+func reexecWithPreload() -> Never? {
+    guard getenv("FANOUT_COMPARE_PRELOADED") == nil else { return nil }
+    var buffer = [CChar](repeating: 0, count: 4096)
+    let n = readlink("/proc/self/exe", &buffer, buffer.count - 1)
+    guard n > 0 else { return nil }
+    let exe = String(decoding: buffer[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    let dir = exe.split(separator: "/", omittingEmptySubsequences: false).dropLast().joined(separator: "/")
+    let lib = dir + "/libMallocInterposerSwift.so"
+    guard access(lib, R_OK) == 0 else { return nil }
+    let existing = getenv("LD_PRELOAD").map { String(cString: $0) }
+    setenv("LD_PRELOAD", existing.map { "\(lib):\($0)" } ?? lib, 1)
+    setenv("FANOUT_COMPARE_PRELOADED", "1", 1)
+    var argv: [UnsafeMutablePointer<CChar>?] = CommandLine.arguments.map { strdup($0) }
+    argv.append(nil)
+    execv(exe, argv)
+    return nil  // exec failed: run without counting
+}
+#endif
+
+if countAllocs {
+    var counting = interposerCounts()
+    #if os(Linux)
+    if !counting {
+        reexecWithPreload()
+        counting = interposerCounts()
+    }
+    #endif
+    if counting {
+        options.meter = AllocMeter(
+            start: {
+                MallocInterposerSwift.initialize()
+                MallocInterposerSwift.hook()
+            },
+            stop: {
+                MallocInterposerSwift.unhook()
+                return MallocInterposerSwift.getStatistics().mallocCount
+            })
+    } else {
+        log("fanout-compare: malloc interposer not active; allocations not counted")
+    }
+}
+
+var name = utsname()
+uname(&name)
+func field<T>(_ t: T) -> String {
+    withUnsafeBytes(of: t) { raw in String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self) }
+}
+print("fanout-compare \(options.smoke ? "--smoke " : "")on \(field(name.sysname)) \(field(name.release)) \(field(name.machine)), "
+    + "\(sysconf(Int32(_SC_NPROCESSORS_ONLN))) CPUs; allocations \(options.meter == nil ? "not counted" : "counted with MallocInterposer")")
+print("")
+
+let ok = await runComparison(options)
+exit(ok ? 0 : 1)

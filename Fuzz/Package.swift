@@ -1,0 +1,38 @@
+// swift-tools-version:6.0
+// libFuzzer targets for AsyncBroadcast. Build and run through `./run.sh`
+// (it passes `--sanitize=fuzzer --sanitize=address`); see README.md.
+import Foundation
+import PackageDescription
+
+// The library is the package one directory up. SwiftPM names a path
+// dependency after its directory, so read that name instead of assuming it.
+let libraryPackage = URL(fileURLWithPath: Context.packageDirectory)
+    .deletingLastPathComponent().lastPathComponent
+
+let fuzzerSettings: [SwiftSetting] = [
+    .swiftLanguageMode(.v5),
+    // libFuzzer provides `main`.
+    .unsafeFlags(["-parse-as-library"]),
+]
+
+let package = Package(
+    name: "AsyncBroadcastFuzz",
+    dependencies: [.package(path: "..")],
+    targets: [
+        .target(
+            name: "FuzzKit",
+            dependencies: [.product(name: "AsyncBroadcast", package: libraryPackage)],
+            swiftSettings: [.swiftLanguageMode(.v5)]
+        ),
+        .executableTarget(
+            name: "fuzz-seq",
+            dependencies: ["FuzzKit", .product(name: "AsyncBroadcast", package: libraryPackage)],
+            swiftSettings: fuzzerSettings
+        ),
+        .executableTarget(
+            name: "fuzz-sched",
+            dependencies: ["FuzzKit", .product(name: "AsyncBroadcast", package: libraryPackage)],
+            swiftSettings: fuzzerSettings
+        ),
+    ]
+)

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Proves the fuzz targets can fail: builds the library with each injected
+# fault and checks that the target meant to catch it reports a finding
+# (non-zero exit) within the budget. Prints PASS/FAIL per fault; exits
+# non-zero if any fault goes unnoticed.
+#
+#   Fuzz/fault-check.sh [SECONDS]     (budget per fault, default 60)
+set -uo pipefail
+cd "$(dirname "$0")"
+seconds="${1:-60}"
+
+# fault            target  what it breaks
+checks=(
+    "MISCOUNT_EVICTION seq   bufferingNewest eviction not counted in droppedCount"
+    "SKIP_WAKE         sched a parked consumer is never woken"
+    "LEAK_SUBSCRIBER   seq   ended subscribers never leave the registry"
+    "LEAK_SUBSCRIBER   sched ended subscribers never leave the registry"
+    "DROP_EMIT         sched a served emit claims success but delivers nothing"
+)
+
+failed=0
+mkdir -p artifacts
+for check in "${checks[@]}"; do
+    read -r fault target what <<<"$check"
+    log="artifacts/fault-$fault-$target.log"
+    start=$(date +%s)
+    ./run.sh --fault "$fault" "$target" "$seconds" >"$log" 2>&1
+    status=$?
+    elapsed=$(( $(date +%s) - start ))
+    finding=$(grep -m1 -E "MISMATCH at step|ERROR: LeakSanitizer|ERROR: AddressSanitizer|ERROR: libFuzzer" "$log" || true)
+    if [[ $status -ne 0 && -n "$finding" ]]; then
+        echo "PASS  $fault ($target): found in ${elapsed}s (incl. build): $finding"
+    else
+        echo "FAIL  $fault ($target): no finding in ${seconds}s (exit $status); log: Fuzz/$log"
+        failed=1
+    fi
+done
+exit $failed

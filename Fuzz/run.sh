@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# Builds one AsyncBroadcast fuzz target (libFuzzer + AddressSanitizer) and
+# runs it from the committed seed corpus. Exits non-zero on a finding.
+#
+#   Fuzz/run.sh [--fault FLAG] [--strict[=NAMES]] TARGET [SECONDS] [-- LIBFUZZER_ARGS...]
+#
+#   TARGET    seq    sequential model check (one sequence, 8 subscribers, poll)
+#             sched  interleavings under a deterministic executor (tasks, emit)
+#   SECONDS   fuzzing time (default 60)
+#   --fault FLAG   build the library with -DASYNCBROADCAST_FAULT_<FLAG>
+#                  (MISCOUNT_EVICTION, SKIP_WAKE, LEAK_SUBSCRIBER, DROP_EMIT);
+#                  a finding is then the expected outcome (see fault-check.sh)
+#   --strict  also check the contract where the library has known bugs
+#             (FUZZ_STRICT; see KnownBugs in Sources/FuzzKit/Model.swift)
+#
+# New corpus entries go to Fuzz/artifacts/corpus-TARGET (ignored by git);
+# crashes to Fuzz/artifacts/. Replay one input with a readable program trace:
+#   FUZZ_TRACE=1 Fuzz/.build/release/fuzz-TARGET path/to/input
+set -euo pipefail
+cd "$(dirname "$0")"
+
+fault=""
+strict=""
+while [[ $# -gt 0 ]]; do
+    case "$1" in
+        --fault) fault="$2"; shift 2 ;;
+        --fault=*) fault="${1#--fault=}"; shift ;;
+        --strict) strict="all"; shift ;;
+        --strict=*) strict="${1#--strict=}"; shift ;;
+        -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+        *) break ;;
+    esac
+done
+target="${1:-}"
+seconds="${2:-60}"
+shift $(( $# >= 2 ? 2 : $# ))
+[[ "${1:-}" == "--" ]] && shift
+case "$target" in
+    seq|sched) ;;
+    *) echo "usage: $0 [--fault FLAG] [--strict] seq|sched [SECONDS] [-- LIBFUZZER_ARGS...]" >&2; exit 2 ;;
+esac
+
+# Not `--sanitize=fuzzer --sanitize=address`: SwiftPM passes those as two
+# `-sanitize=` flags in an order that changes from run to run, and the Swift
+# driver keeps only the last one (so a build randomly lost either coverage or
+# ASan). `--sanitize=fuzzer` stays so that SwiftPM links libFuzzer's `main`.
+build_args=(-c release --product "fuzz-$target"
+    --sanitize=fuzzer -Xswiftc -sanitize=fuzzer,address -Xcc -fsanitize=fuzzer-no-link,address)
+if [[ -n "$fault" ]]; then
+    fault="${fault#ASYNCBROADCAST_FAULT_}"
+    scratch=".build-fault-$fault"
+    build_args+=(--scratch-path "$scratch" -Xswiftc "-DASYNCBROADCAST_FAULT_$fault")
+    work="artifacts/fault-$fault-$target"
+    rm -rf "$work"  # a fault run starts from the committed corpus only
+else
+    scratch=".build"
+    build_args+=(--scratch-path "$scratch")
+    work="artifacts"
+fi
+
+echo "== building fuzz-$target${fault:+ with fault $fault}" >&2
+swift build "${build_args[@]}" >&2
+binary="$scratch/release/fuzz-$target"
+
+export SWIFT_BACKTRACE=enable=no  # let libFuzzer/ASan report crashes
+export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=1}"
+[[ -n "$strict" ]] && export FUZZ_STRICT="$strict"
+
+# An instrumented binary reports its coverage counters; rebuild once from
+# scratch if it does not (seen once or twice after incremental builds).
+instrumented() { local out; out=$("$binary" -runs=0 2>&1 || true); grep -q "inline 8-bit counters" <<<"$out"; }
+if ! instrumented; then
+    echo "== $binary is not instrumented; rebuilding from scratch" >&2
+    rm -rf "$scratch"
+    swift build "${build_args[@]}" >&2
+    if ! instrumented; then
+        echo "== $binary is still not instrumented for coverage" >&2
+        exit 3
+    fi
+fi
+
+mkdir -p "$work/corpus-$target"
+echo "== fuzzing fuzz-$target for ${seconds}s (corpus: corpus/$target, new entries: $work/corpus-$target)" >&2
+set +e
+"$binary" "$work/corpus-$target" "corpus/$target" \
+    -max_total_time="$seconds" \
+    -max_len=2048 \
+    -timeout=20 \
+    -rss_limit_mb=4096 \
+    -print_final_stats=1 \
+    -artifact_prefix="$work/" \
+    "$@"
+status=$?
+set -e
+if [[ $status -ne 0 ]]; then
+    echo "== fuzz-$target: FINDING (exit $status); crash input saved under Fuzz/$work/" >&2
+else
+    echo "== fuzz-$target: clean" >&2
+fi
+exit $status
