@@ -77,17 +77,20 @@ import Testing
                     count += 1
                     if count == 10 { break }
                 }
+                leaver.cancel()  // leaving the loop alone keeps the subscription alive
                 return count
             }
-            await withTaskGroup(of: Void.self) { group in
-                for producer in 0..<3 {
-                    group.addTask {
-                        for i in 0..<300 { _ = try? await sequence.emit(producer * 1000 + i) }
+            try await withDeadline("producers, round \(round)") {
+                await withTaskGroup(of: Void.self) { group in
+                    for producer in 0..<3 {
+                        group.addTask {
+                            for i in 0..<300 { _ = try? await sequence.emit(producer * 1000 + i) }
+                        }
                     }
                 }
             }
-            _ = try await withDeadline("leaver ends") { await leaverTask.value }
-            sequence.finish()
+            sequence.finish()  // a .bufferingNewest leaver may see fewer than 10 and wait for more
+            _ = try await withDeadline("leaver ends, round \(round)") { await leaverTask.value }
             let received = try await stayerTask.value
             #expect(received.count == 900)
             for producer in 0..<3 {

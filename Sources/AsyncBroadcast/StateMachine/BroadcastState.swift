@@ -59,8 +59,9 @@ struct BroadcastState<Element: Sendable, Failure: Error>: ~Copyable {
     mutating func subscribe(_ subscriber: SubscriberCore<Element, Failure>,
                             fromCancelledTask: Bool,
                             effects: inout Effects<Element>) {
+        var overFilled = false
         replay.forEach { element in
-            _ = subscriber.offer(copy element, effects: &effects)
+            if subscriber.offer(copy element, effects: &effects) == .deliveredFull { overFilled = true }
         }
         if let terminal {
             subscriber.setTerminal(terminal.subscriberTerminal)
@@ -69,6 +70,7 @@ struct BroadcastState<Element: Sendable, Failure: Error>: ~Copyable {
         } else {
             subscriber.registryIndex = subscribers.count
             subscribers.append(.passRetained(subscriber))
+            if overFilled { markFull(subscriber) }  // replay can fill a `.bounded` subscriber
         }
     }
 

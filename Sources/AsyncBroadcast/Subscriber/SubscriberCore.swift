@@ -308,7 +308,12 @@ final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendab
     func endForTaskCancellation() {
         storage?.remove(self)
         lock.lock()
-        if terminal == nil { setTerminalLocked(.cancelled) }
+        switch terminal {
+        case nil, .failed, .finished:
+            setTerminalLocked(.cancelled)  // a cancelled reader ends with nil, never an error
+        case .cancelled, .ended:
+            break
+        }
         lock.unlock()
     }
 
@@ -352,8 +357,9 @@ final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendab
             lock.unlock()
             return .element(element)
         }
-        lock.unlock()
-        return takeTerminal()
+        // Still holding the lock: nothing can be buffered between our empty
+        // look and taking the terminal event.
+        return takeTerminalLocked()
     }
 
     /// Lock-free mode, `consumerBusy` held.
@@ -375,6 +381,12 @@ final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendab
     @inlinable
     func takeTerminal() -> PollOutcome<Element, Failure> {
         lock.lock()
+        return takeTerminalLocked()
+    }
+
+    /// `takeTerminal` with `lock` already held; releases it.
+    @inlinable
+    func takeTerminalLocked() -> PollOutcome<Element, Failure> {
         guard let event = terminal else {
             lock.unlock()
             return .empty
@@ -433,6 +445,10 @@ final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendab
                 self.cancelWhileParked()
             }
             if isLockFree { _ = storage?.parkedConsumers.fetchAddAcquiringAndReleasing(-1) }
+            // The cancellation handler may have fired after someone else
+            // resumed us: its tombstone makes producers skip this subscriber,
+            // so end it now rather than leave it registered and starved.
+            if parkState.loadAcquire() & Self.cancelledBit != 0 { endForTaskCancellation() }
             switch wake {
             case .element(let element): return element
             case .retry: break
@@ -466,7 +482,7 @@ final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendab
                 return
             }
             sequentiallyConsistentFence()  // pairs with the producers' fence after publishing
-            let hasWork = spscHandle._withUnsafeGuaranteedRef { $0.hasElementsForConsumer }
+            let hasWork = spscHandle._withUnsafeGuaranteedRef { !$0.isEmptyForObserver }
                 || terminalHint.loadAcquire() != 0 || ended.loadAcquire() != 0
             if hasWork, parkState.compareExchange(expected: Self.parked, desired: Self.idle).exchanged {
                 continuation = nil
