@@ -11,7 +11,7 @@ import Testing
 
 // MARK: - Known library bugs (these fail until the library is fixed)
 
-@Suite struct FuzzKnownBugTests {
+@Suite struct FuzzFoundBugTests {
     /// Fuzz finding "replay-overfill" (fuzz-sched, minimal program):
     ///     create(replay: 2); send(1); send(2)
     ///     s = subscribe(.bounded(1))      // replay gives s [1, 2]: 2 >= 1

@@ -607,6 +607,10 @@ final class SchedProgram {
                     trace.fail("\(task.name) ran while the model says it is parked", details: model.dump())
                 }
                 sub.wake = nil
+                // The library: a cancellation handler that fired during the
+                // wait (even after someone else resumed the reader) ends the
+                // subscriber; what it already holds still drains.
+                if sub.tombstone { model.endForTaskCancellation(sub) }
                 if case .element(let id) = wake {
                     if finishRead(.element(id)) { return results }
                     continue
