@@ -11,6 +11,9 @@ struct AtomicInt: @unchecked Sendable {
 
     @usableFromInline init(_ initial: Int) { raw = OpaquePointer(cab_atomic_int_create(initial)) }
 
+    /// A word owned by someone else (an `AtomicBlock`): never `destroy()` it.
+    @usableFromInline init(unowned raw: OpaquePointer) { self.raw = raw }
+
     @usableFromInline func destroy() { cab_atomic_int_destroy(UnsafeMutablePointer(raw)) }
 
     @usableFromInline func loadRelaxed() -> Int { cab_atomic_int_load_relaxed(UnsafeMutablePointer(raw)) }

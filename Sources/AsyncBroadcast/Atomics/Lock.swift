@@ -17,6 +17,9 @@ struct Lock: @unchecked Sendable {
 
     @usableFromInline init() { raw = OpaquePointer(cab_lock_create()) }
 
+    /// A mutex owned by someone else (an `AtomicBlock`): never `destroy()` it.
+    @usableFromInline init(unowned raw: OpaquePointer) { self.raw = raw }
+
     @usableFromInline func destroy() { cab_lock_destroy(UnsafeMutablePointer(raw)) }
 
     @usableFromInline func lock() { cab_lock_lock(UnsafeMutablePointer(raw)) }

@@ -56,8 +56,10 @@ final class SPSCRing<Element> {
     @inlinable static var defaultCapacity: Int { 64 }
     @inlinable static var maximumSegmentCapacity: Int { 1 << 16 }
 
-    @usableFromInline let tail = AtomicInt(0)
-    @usableFromInline let head = AtomicInt(0)
+    /// Both start at 0 and belong to the owner (on separate cache lines of
+    /// its `AtomicBlock`: the producer writes `tail`, the consumer `head`).
+    @usableFromInline let tail: AtomicInt
+    @usableFromInline let head: AtomicInt
 
     // Hot paths use unowned(unsafe) references: retaining a segment that
     // both sides touch would bounce its reference count between cores.
@@ -72,7 +74,9 @@ final class SPSCRing<Element> {
     @usableFromInline var consumerHead = 0
 
     @inlinable
-    init(capacity: Int) {
+    init(capacity: Int, tail: AtomicInt, head: AtomicInt) {
+        self.tail = tail
+        self.head = head
         let first = SPSCSegment<Element>(base: 0, capacity: RingBuffer<Element>.roundUpToPowerOfTwo(Swift.max(capacity, 1)))
         consumerOwner = first
         producerSegment = first
@@ -80,10 +84,17 @@ final class SPSCRing<Element> {
     }
 
     deinit {
-        // No other thread can hold the ring now.
-        removeAll()
-        head.destroy()
-        tail.destroy()
+        // No other thread can hold the ring now, and the owner's `head` and
+        // `tail` words may already be freed: walk the plain indices. (The
+        // owner empties the ring first with `removeAll()`, whose acquire
+        // load of `tail` orders the producer's writes before this read.)
+        var index = consumerHead
+        unowned(unsafe) var segment = consumerSegment
+        while index != producerTail {
+            if index == segment.end.loadAcquire() { segment = segment.next.unsafelyUnwrapped }
+            (segment.slots + (index & segment.mask)).deinitialize(count: 1)
+            index += 1
+        }
     }
 
     // MARK: Producer (sequence lock held)

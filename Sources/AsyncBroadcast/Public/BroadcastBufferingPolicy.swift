@@ -27,6 +27,7 @@ public enum BroadcastBufferingPolicy: Sendable, Hashable {
 
 extension BroadcastBufferingPolicy {
     /// Traps with a message naming `argument` if the policy is invalid.
+    @usableFromInline
     func validate(argument: StaticString) {
         switch self {
         case .unbounded:
@@ -42,6 +43,7 @@ extension BroadcastBufferingPolicy {
 
     /// Slots to allocate up front: small, since a policy's limit is a maximum
     /// and most subscribers never reach it.
+    @usableFromInline
     var initialStorageCapacity: Int {
         switch self {
         case .unbounded: return 16

@@ -129,6 +129,7 @@ public final class BroadcastSequence<Element: Sendable, Failure: Error>: AsyncSe
     /// From a cancelled task, or after `finish`, the subscription yields the
     /// replayed elements (if any), then ends (with the sequence's error, if
     /// it failed).
+    @inlinable
     public func subscribe(bufferingPolicy: BufferingPolicy? = nil) -> Subscription {
         let policy = bufferingPolicy ?? storage.defaultPolicy
         policy.validate(argument: "subscribe(bufferingPolicy:)")
@@ -137,6 +138,7 @@ public final class BroadcastSequence<Element: Sendable, Failure: Error>: AsyncSe
 
     /// `subscribe().makeAsyncIterator()`: each `for await` loop over the
     /// sequence is its own subscriber, starting when the loop starts.
+    @inlinable
     public func makeAsyncIterator() -> Subscription.AsyncIterator {
         subscribe().makeAsyncIterator()
     }

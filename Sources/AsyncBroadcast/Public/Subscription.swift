@@ -19,6 +19,7 @@ extension BroadcastSequence {
     public final class Subscription: AsyncSequence, Sendable {
         @usableFromInline let core: SubscriberCore<Element, Failure>
 
+        @inlinable
         init(core: SubscriberCore<Element, Failure>) {
             self.core = core
         }
@@ -28,6 +29,7 @@ extension BroadcastSequence {
         }
 
         /// Iterators share this subscription's buffer and keep it alive.
+        @inlinable
         public func makeAsyncIterator() -> AsyncIterator {
             AsyncIterator(subscription: self)
         }
@@ -35,6 +37,7 @@ extension BroadcastSequence {
         /// Ends this subscriber now: it leaves the sequence, its buffer is
         /// freed, and `next()` returns `nil` (also to a consumer waiting in
         /// it). Idempotent.
+        @inlinable
         public func cancel() {
             core.cancel()
         }

@@ -47,7 +47,7 @@ final class BroadcastStorage<Element: Sendable, Failure: Error>: @unchecked Send
 
     // MARK: Subscribers
 
-    @usableFromInline
+    @inlinable
     func subscribe(policy: BroadcastBufferingPolicy) -> SubscriberCore<Element, Failure> {
         let subscriber = SubscriberCore<Element, Failure>(policy: policy, storage: self)
         let fromCancelledTask = Task.isCancelled
@@ -60,7 +60,7 @@ final class BroadcastStorage<Element: Sendable, Failure: Error>: @unchecked Send
     }
 
     /// Unregisters an ending subscriber and releases emitters that waited on it.
-    @usableFromInline
+    @inlinable
     func remove(_ subscriber: SubscriberCore<Element, Failure>) {
         var effects = Effects(pool: pool)
         lock.withLock {

@@ -89,13 +89,18 @@ final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendab
     /// For `.bounded(n)` and `.bufferingOldest(n)`: `n`; otherwise `Int.max`.
     @usableFromInline let limit: Int
 
-    @usableFromInline let lock = Lock()
-    @usableFromInline let parkState = AtomicInt(0)
+    /// The lock and every atomic word below, from one allocation. Word
+    /// indices group words by writer, one cache line each: the producer's
+    /// (`tail`, `dropped`), the consumer's (`head`, `consumerBusy`), and
+    /// the rarely written rest.
+    @usableFromInline let block = AtomicBlock(wordCount: 24)
+    @usableFromInline let lock: Lock
+    @usableFromInline let parkState: AtomicInt
     @usableFromInline var continuation: UnsafeContinuation<Wake<Element>, Never>?
     @usableFromInline var terminal: SubscriberTerminal<Failure>?
     /// Non-zero once `terminal` is set (it is read under `lock`).
-    @usableFromInline let terminalHint = AtomicInt(0)
-    @usableFromInline let dropped = AtomicInt(0)
+    @usableFromInline let terminalHint: AtomicInt
+    @usableFromInline let dropped: AtomicInt
 
     /// Locked mode: the buffer.
     @usableFromInline var ring: RingBuffer<Element>
@@ -106,16 +111,20 @@ final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendab
     @usableFromInline let spscHandle: Unmanaged<SPSCRing<Element>>
     /// 1 while a consumer is inside `poll()`, 2 while `cancel()` frees the
     /// buffer.
-    @usableFromInline let consumerBusy = AtomicInt(0)
+    @usableFromInline let consumerBusy: AtomicInt
     /// Set by `cancel()`; the consumer then drops what it holds and ends.
-    @usableFromInline let ended = AtomicInt(0)
+    @usableFromInline let ended: AtomicInt
+    /// Set by the first `cancel()`, so that later calls (the subscription's
+    /// `deinit` after an explicit `cancel()`) return without touching the
+    /// sequence lock.
+    @usableFromInline let cancelRequested: AtomicInt
 
     /// Position in the sequence's registry, or `nil` once removed.
     @usableFromInline var registryIndex: Int?
     /// Position in the sequence's list of full `.bounded` subscribers.
     @usableFromInline var fullIndex: Int?
 
-    @usableFromInline
+    @inlinable
     init(policy: BroadcastBufferingPolicy, storage: BroadcastStorage<Element, Failure>?) {
         self.policy = policy
         self.storage = storage
@@ -133,20 +142,27 @@ final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendab
             isLockFree = false
             limit = n
         }
+        lock = block.lock
+        dropped = block.word(1)
+        consumerBusy = block.word(9)
+        parkState = block.word(16)
+        terminalHint = block.word(17)
+        ended = block.word(18)
+        cancelRequested = block.word(19)
         ring = RingBuffer(initialCapacity: isLockFree ? 0 : policy.initialStorageCapacity)
-        spscOwner = SPSCRing(capacity: isLockFree ? Swift.min(limit, SPSCRing<Element>.defaultCapacity) : 1)
+        spscOwner = SPSCRing(
+            capacity: isLockFree ? Swift.min(limit, SPSCRing<Element>.defaultCapacity) : 1,
+            tail: block.word(0), head: block.word(8))
         spscHandle = Unmanaged.passUnretained(spscOwner)
     }
 
     deinit {
         // Every path that parks also resumes before the last reference goes.
         assert(continuation == nil)
-        lock.destroy()
-        parkState.destroy()
-        terminalHint.destroy()
-        dropped.destroy()
-        consumerBusy.destroy()
-        ended.destroy()
+        // Empty the ring while its `head`/`tail` words exist; `spscOwner`
+        // is released after this body, when they are gone.
+        spscHandle._withUnsafeGuaranteedRef { $0.removeAll() }
+        block.destroy()
     }
 
     // MARK: Producer side (called with the sequence lock held)
@@ -277,8 +293,9 @@ final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendab
 
     /// Ends the subscriber at once: unregisters it, frees its buffer and wakes
     /// a parked consumer, which then returns `nil`.
-    @usableFromInline
+    @inlinable
     func cancel() {
+        guard cancelRequested.exchangeAcquiringAndReleasing(1) == 0 else { return }
         storage?.remove(self)  // no producer touches the buffer after this
         var effects = Effects(pool: storage?.pool)
         lock.lock()

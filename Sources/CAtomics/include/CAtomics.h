@@ -110,9 +110,7 @@ typedef struct cab_lock {
 #endif
 } cab_lock;
 
-static inline cab_lock *_Nonnull cab_lock_create(void) {
-    cab_lock *l = (cab_lock *)malloc(sizeof(cab_lock));
-    if (l == NULL) abort();
+static inline void cab_lock_init(cab_lock *_Nonnull l) {
 #if defined(__APPLE__)
     l->lock = OS_UNFAIR_LOCK_INIT;
 #else
@@ -131,13 +129,25 @@ static inline cab_lock *_Nonnull cab_lock_create(void) {
     if (pthread_mutex_init(&l->lock, &attributes) != 0) abort();
     pthread_mutexattr_destroy(&attributes);
 #endif
+}
+
+static inline void cab_lock_deinit(cab_lock *_Nonnull l) {
+#if !defined(__APPLE__)
+    pthread_mutex_destroy(&l->lock);
+#else
+    (void)l;
+#endif
+}
+
+static inline cab_lock *_Nonnull cab_lock_create(void) {
+    cab_lock *l = (cab_lock *)malloc(sizeof(cab_lock));
+    if (l == NULL) abort();
+    cab_lock_init(l);
     return l;
 }
 
 static inline void cab_lock_destroy(cab_lock *_Nonnull l) {
-#if !defined(__APPLE__)
-    pthread_mutex_destroy(&l->lock);
-#endif
+    cab_lock_deinit(l);
     free(l);
 }
 
@@ -155,6 +165,45 @@ static inline void cab_lock_unlock(cab_lock *_Nonnull l) {
 #else
     if (pthread_mutex_unlock(&l->lock) != 0) abort();
 #endif
+}
+
+// MARK: - Block: a lock and atomic words in one allocation
+//
+// An object that needs a lock and several atomics (a subscriber needs one
+// lock and eight words) gets them from one malloc instead of nine, which is
+// most of the cost of subscribing. Layout, 64-byte aligned:
+//   line 0: the mutex;  line k >= 1: words [8(k-1), 8k).
+// The caller chooses word indices so that words written by different
+// threads sit on different cache lines. Every word starts at 0.
+
+#define CAB_BLOCK_LINE 64
+_Static_assert(sizeof(cab_lock) <= CAB_BLOCK_LINE, "the mutex must fit in line 0");
+
+typedef struct cab_block cab_block;
+
+static inline cab_block *_Nonnull cab_block_create(intptr_t word_count) {
+    intptr_t word_lines = (word_count + 7) / 8;
+    size_t size = (size_t)(1 + word_lines) * CAB_BLOCK_LINE;
+    void *memory = aligned_alloc(CAB_BLOCK_LINE, size);
+    if (memory == NULL) abort();
+    cab_lock *lock = (cab_lock *)memory;
+    cab_lock_init(lock);
+    cab_atomic_int *words = (cab_atomic_int *)((char *)memory + CAB_BLOCK_LINE);
+    for (intptr_t i = 0; i < word_lines * 8; i++) atomic_init(&words[i].value, 0);
+    return (cab_block *)memory;
+}
+
+static inline cab_lock *_Nonnull cab_block_lock(cab_block *_Nonnull block) {
+    return (cab_lock *)block;
+}
+
+static inline cab_atomic_int *_Nonnull cab_block_word(cab_block *_Nonnull block, intptr_t index) {
+    return (cab_atomic_int *)((char *)block + CAB_BLOCK_LINE) + index;
+}
+
+static inline void cab_block_destroy(cab_block *_Nonnull block) {
+    cab_lock_deinit(cab_block_lock(block));
+    free(block);
 }
 
 #endif /* CATOMICS_H */
