@@ -166,10 +166,10 @@ public final class ModelEmit {
     public init(payload: Int) { self.payload = payload }
 }
 
-/// Known library bugs the model tolerates by default (it then expects what
-/// the library does today), so that a fuzzing run goes on to find other
-/// things. `FUZZ_STRICT=1` checks the contract for all of them,
-/// `FUZZ_STRICT=name,name` for the named ones.
+/// Library bugs the fuzzers found. All are fixed, so by default the model
+/// checks the contract for each. `FUZZ_STRICT=none` makes it expect the old
+/// (buggy) behaviour instead, to fuzz an older library; `FUZZ_STRICT=name,name`
+/// checks only the named ones strictly.
 public enum KnownBugs {
     static let strict: [String]? = getenv("FUZZ_STRICT").map {
         String(cString: $0).split(separator: ",").map(String.init)
