@@ -28,7 +28,7 @@ while [[ $# -gt 0 ]]; do
         --fault=*) fault="${1#--fault=}"; shift ;;
         --strict) strict="all"; shift ;;
         --strict=*) strict="${1#--strict=}"; shift ;;
-        -h|--help) sed -n '2,21p' "$(basename "$0")"; exit 0 ;;
+        -h|--help) sed -n '2,19p' "$(basename "$0")"; exit 0 ;;
         *) break ;;
     esac
 done
