@@ -43,6 +43,37 @@ import Testing
         #expect(pollAll(bounded) == [4, 5])
     }
 
+    @Test func emitWaitsUntilEveryFullSubscriberHasRoom() async throws {
+        let sequence = BroadcastSequence(of: Int.self)
+        let subscribers = (0..<3).map { _ in sequence.subscribe(bufferingPolicy: .bounded(1)) }
+        sequence.send(1)  // every subscriber is full
+        let emitter = Task { try await sequence.emit(2) }
+        try await waitUntil("emitter waiting") { sequence.waitingEmitterCount == 1 }
+        // Each read makes room in one subscriber only; the emitter must wait
+        // for the last one, in whatever order they drain.
+        _ = subscribers[2].poll()
+        #expect(sequence.waitingEmitterCount == 1)
+        _ = subscribers[0].poll()
+        #expect(sequence.waitingEmitterCount == 1)
+        _ = subscribers[1].poll()
+        _ = try await withDeadline("emitter released") { try await emitter.value }
+        for subscriber in subscribers { #expect(pollAll(subscriber) == [2]) }
+    }
+
+    @Test func emitterWaitsForAFullSubscriberThatReadWhileNobodyWaited() async throws {
+        let sequence = BroadcastSequence(of: Int.self)
+        let early = sequence.subscribe(bufferingPolicy: .bounded(1))
+        let late = sequence.subscribe(bufferingPolicy: .bounded(1))
+        sequence.send(1)              // both full, both marked
+        _ = early.poll()              // room again, while no emitter waited to hear of it
+        let emitter = Task { try await sequence.emit(2) }
+        try await waitUntil("emitter waiting") { sequence.waitingEmitterCount == 1 }
+        _ = late.poll()               // the last full one drains: the emitter goes
+        _ = try await withDeadline("emitter released") { try await emitter.value }
+        #expect(pollAll(early) == [2])
+        #expect(pollAll(late) == [2])
+    }
+
     @Test func aWakingConsumerReleasesTheEmitter() async throws {
         let sequence = BroadcastSequence(of: Int.self)
         let bounded = sequence.subscribe(bufferingPolicy: .bounded(1))

@@ -25,9 +25,14 @@ struct BroadcastState<Element: Sendable, Failure: Error>: ~Copyable {
     /// at removal), so the per-send loop touches no reference counts: those
     /// cache lines are shared with the consumers.
     @usableFromInline var subscribers: [Unmanaged<SubscriberCore<Element, Failure>>] = []
-    /// `.bounded` subscribers last seen holding their capacity or more. It
-    /// may hold stale entries (a consumer drained without telling us);
-    /// `refreshFullSubscribers()` drops those before anyone waits on them.
+    /// `.bounded` subscribers last seen holding their capacity or more.
+    ///
+    /// It may hold stale entries (a consumer drained while no emitter was
+    /// waiting, so it did not tell us); the emit that finds the queue empty
+    /// drops them with `refreshFullSubscribers()` before it waits. From then
+    /// on, while any emitter waits, every read from a `.bounded` subscriber
+    /// calls `serveEmitters(drained:)` (see `BroadcastStorage.emittersWaiting`),
+    /// so the list stays exact by checking only the subscriber that read.
     @usableFromInline var fullSubscribers: [SubscriberCore<Element, Failure>] = []
     @usableFromInline var replay: RingBuffer<Element>
     @usableFromInline let replayLimit: Int
@@ -94,7 +99,7 @@ struct BroadcastState<Element: Sendable, Failure: Error>: ~Copyable {
             Unmanaged.passUnretained(subscriber).release()
         }
         unmarkFull(subscriber)
-        serveEmitters(effects: &effects)
+        serveEmitters(drained: nil, effects: &effects)
     }
 
     // MARK: Sending
@@ -179,10 +184,15 @@ struct BroadcastState<Element: Sendable, Failure: Error>: ~Copyable {
 
     /// Delivers for queued emitters, oldest first, while every `.bounded`
     /// subscriber has room.
+    ///
+    /// - Parameter drained: the subscriber whose consumer just read, if any.
+    ///   Only it is re-checked: O(1) per read. (Re-checking every full
+    ///   subscriber here made each element cost O(N²) when an emitter
+    ///   outran N `.bounded` consumers that all sat at capacity.)
     @inlinable
-    mutating func serveEmitters(effects: inout Effects<Element>) {
+    mutating func serveEmitters(drained: SubscriberCore<Element, Failure>?, effects: inout Effects<Element>) {
+        if let drained, drained.fullIndex != nil, drained.hasRoom() { unmarkFull(drained) }
         while !emitters.isEmpty {
-            refreshFullSubscribers()
             guard fullSubscribers.isEmpty else { return }
             let entry = emitters.removeFirst()
             #if ASYNCBROADCAST_FAULT_DROP_EMIT

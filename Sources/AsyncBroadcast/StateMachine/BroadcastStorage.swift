@@ -72,11 +72,11 @@ final class BroadcastStorage<Element: Sendable, Failure: Error>: @unchecked Send
 
     /// A `.bounded` subscriber's buffer just dropped below capacity.
     @inlinable
-    func boundedSubscriberMayHaveRoom() {
+    func boundedSubscriberMayHaveRoom(_ subscriber: SubscriberCore<Element, Failure>) {
         guard emittersWaiting.loadSequentiallyConsistent() != 0 else { return }
         var effects = Effects(pool: pool)
         lock.withLock {
-            state.serveEmitters(effects: &effects)
+            state.serveEmitters(drained: subscriber, effects: &effects)
             settleEmitterFlag()
         }
         effects.run()

@@ -390,7 +390,7 @@ final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendab
         // A `.bounded` read may release waiting emitters. The emitter stores
         // its flag, then reads our count; we publish our count (sequentially
         // consistent), then read its flag: one of the two sees the other.
-        if isBounded { storage?.boundedSubscriberMayHaveRoom() }
+        if isBounded { storage?.boundedSubscriberMayHaveRoom(self) }
         return element
     }
 
