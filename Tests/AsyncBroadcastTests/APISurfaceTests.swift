@@ -1,0 +1,77 @@
+import AsyncBroadcast
+import Testing
+
+/// Compiles every declaration of `shared/API.md` with its exact signature, so
+/// a rename, a dropped default argument or a changed type fails the build.
+/// Each line is a typed reference or a call spelled as the contract spells it.
+@Suite struct APISurfaceTests {
+    struct NetworkError: Error {}
+
+    @Test func everyDeclarationHasItsContractSignature() async throws {
+        // BroadcastBufferingPolicy: Sendable, Hashable, four cases.
+        let policies: [BroadcastBufferingPolicy] = [.unbounded, .bufferingOldest(1), .bufferingNewest(1), .bounded(1)]
+        #expect(Set(policies).count == 4)
+        requireSendableHashable(BroadcastBufferingPolicy.self)
+
+        // BroadcastSendResult: three stored properties.
+        var result = BroadcastSendResult()
+        result.delivered = 1
+        result.dropped = 2
+        result.isFinished = false
+        requireSendableHashable(BroadcastSendResult.self)
+
+        // The initializers, spelled as API.md's usage line.
+        let a = BroadcastSequence<Int, Never>()
+        let b = BroadcastSequence(of: Int.self)
+        let c = BroadcastSequence(of: [UInt8].self, throwing: NetworkError.self, bufferingPolicy: .bounded(64))
+        let d = BroadcastSequence<Void, any Error>(replay: 1)
+        let e = BroadcastSequence<Int, NetworkError>(bufferingPolicy: .unbounded, replay: 0)
+        let _: BroadcastSequence<Int, Never>.BufferingPolicy = .unbounded
+        requireAsyncSequence(a)
+        requireSendable(a)
+
+        // Producer side.
+        let send: (Int) -> BroadcastSendResult = b.send
+        let emit: (Int) async throws(CancellationError) -> BroadcastSendResult = b.emit
+        let finish: () -> Void = b.finish
+        let finishThrowing: (NetworkError) -> Void = e.finish(throwing:)
+        let count: Int = b.subscriberCount
+        let finished: Bool = b.isFinished
+        _ = (send, emit, finish, finishThrowing, count, finished)
+
+        // Consumer side.
+        let subscription: BroadcastSequence<Int, Never>.Subscription = b.subscribe(bufferingPolicy: nil)
+        let defaulted = b.subscribe()
+        var iterator: BroadcastSequence<Int, Never>.Subscription.AsyncIterator = subscription.makeAsyncIterator()
+        var loopIterator: BroadcastSequence<Int, Never>.AsyncIterator = b.makeAsyncIterator()
+        requireAsyncSequence(subscription)
+        requireSendable(subscription)
+        let dropped: Int = subscription.droppedCount
+        _ = dropped
+
+        _ = b.send(7)
+        let first: Int? = await iterator.next()
+        #expect(first == 7)
+        let throwingSubscription = e.subscribe()
+        var throwingIterator = throwingSubscription.makeAsyncIterator()
+        e.finish(throwing: NetworkError())
+        do throws(NetworkError) {
+            _ = try await throwingIterator.next(isolation: nil)
+            Issue.record("expected the typed error")
+        } catch {
+            // `error` is statically a NetworkError: typed throws(Failure).
+            let typed: NetworkError = error
+            _ = typed
+        }
+        subscription.cancel()
+        defaulted.cancel()
+        b.finish()
+        #expect(await loopIterator.next() == 7)  // its own subscriber since makeAsyncIterator()
+        #expect(await loopIterator.next() == nil)
+        _ = (c, d)
+    }
+
+    func requireSendableHashable<T: Sendable & Hashable>(_: T.Type) {}
+    func requireSendable<T: Sendable>(_: T) {}
+    func requireAsyncSequence<S: AsyncSequence>(_: S) {}
+}
