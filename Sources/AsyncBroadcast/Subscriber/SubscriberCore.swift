@@ -81,6 +81,25 @@ final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendab
     @inlinable static var parked: Int { 1 }
     @inlinable static var cancelledBit: Int { 2 }
 
+    /// Where each atomic lives in `block`: eight words per cache line, one
+    /// line per writer, so the producer and the consumer never write the
+    /// same line.
+    @usableFromInline
+    enum Word {
+        // Line 1: written by the producer (under the sequence lock).
+        @inlinable static var tail: Int { 0 }
+        @inlinable static var dropped: Int { 1 }
+        // Line 2: written by the consumer.
+        @inlinable static var head: Int { 8 }
+        @inlinable static var consumerBusy: Int { 9 }
+        // Line 3: written rarely, by whoever parks, wakes, ends or cancels.
+        @inlinable static var parkState: Int { 16 }
+        @inlinable static var terminalHint: Int { 17 }
+        @inlinable static var ended: Int { 18 }
+        @inlinable static var cancelRequested: Int { 19 }
+        @inlinable static var count: Int { 24 }
+    }
+
     @usableFromInline let policy: BroadcastBufferingPolicy
     /// `nil` for a subscription that was never registered (subscribed from a
     /// cancelled task or after `finish`).
@@ -93,7 +112,7 @@ final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendab
     /// indices group words by writer, one cache line each: the producer's
     /// (`tail`, `dropped`), the consumer's (`head`, `consumerBusy`), and
     /// the rarely written rest.
-    @usableFromInline let block = AtomicBlock(wordCount: 24)
+    @usableFromInline let block = AtomicBlock(wordCount: Word.count)
     @usableFromInline let lock: Lock
     @usableFromInline let parkState: AtomicInt
     @usableFromInline var continuation: UnsafeContinuation<Wake<Element>, Never>?
@@ -143,16 +162,16 @@ final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendab
             limit = n
         }
         lock = block.lock
-        dropped = block.word(1)
-        consumerBusy = block.word(9)
-        parkState = block.word(16)
-        terminalHint = block.word(17)
-        ended = block.word(18)
-        cancelRequested = block.word(19)
+        dropped = block.word(Word.dropped)
+        consumerBusy = block.word(Word.consumerBusy)
+        parkState = block.word(Word.parkState)
+        terminalHint = block.word(Word.terminalHint)
+        ended = block.word(Word.ended)
+        cancelRequested = block.word(Word.cancelRequested)
         ring = RingBuffer(initialCapacity: isLockFree ? 0 : policy.initialStorageCapacity)
         spscOwner = SPSCRing(
             capacity: isLockFree ? Swift.min(limit, SPSCRing<Element>.defaultCapacity) : 1,
-            tail: block.word(0), head: block.word(8))
+            tail: block.word(Word.tail), head: block.word(Word.head))
         spscHandle = Unmanaged.passUnretained(spscOwner)
     }
 
