@@ -36,7 +36,9 @@ extension BroadcastSequence {
 
         /// Ends this subscriber now: it leaves the sequence, its buffer is
         /// freed, and `next()` returns `nil` (also to a consumer waiting in
-        /// it). Idempotent.
+        /// it). Idempotent: later calls return at once, without taking any
+        /// lock; a call made while another thread's first call is still in
+        /// progress returns before that call has finished.
         @inlinable
         public func cancel() {
             core.cancel()
