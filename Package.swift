@@ -1,11 +1,22 @@
 // swift-tools-version:6.0
 import PackageDescription
 
+// `ASYNCBROADCAST_INTERNAL_CHECKS=1 swift test` compiles the storage
+// invariant checks (`_checkInvariants()`) into the library; CI turns them on
+// for the debug tests, the ThreadSanitizer tests and the fuzz builds. Users'
+// builds never see them.
+let internalChecks: [SwiftSetting] = Context.environment["ASYNCBROADCAST_INTERNAL_CHECKS"] == "1"
+    ? [.define("ASYNCBROADCAST_INTERNAL_CHECKS")]
+    : []
+
 let package = Package(
     name: "AsyncBroadcast",
     platforms: [.macOS(.v10_15), .iOS(.v13), .tvOS(.v13), .watchOS(.v6)],
     products: [
         .library(name: "AsyncBroadcast", targets: ["AsyncBroadcast"]),
+        // Shared by the tests and the fuzz package (one locked box, one
+        // manual executor); not for users.
+        .library(name: "AsyncBroadcastTestSupport", targets: ["AsyncBroadcastTestSupport"]),
     ],
     targets: [
         // C11 atomics and an OS mutex behind static inline functions, so the
@@ -14,6 +25,10 @@ let package = Package(
         .target(
             name: "AsyncBroadcast",
             dependencies: ["CAtomics"],
+            swiftSettings: [.swiftLanguageMode(.v6)] + internalChecks
+        ),
+        .target(
+            name: "AsyncBroadcastTestSupport",
             swiftSettings: [.swiftLanguageMode(.v6)]
         ),
         .executableTarget(
@@ -28,7 +43,7 @@ let package = Package(
         ),
         .testTarget(
             name: "AsyncBroadcastTests",
-            dependencies: ["AsyncBroadcast"],
+            dependencies: ["AsyncBroadcast", "AsyncBroadcastTestSupport"],
             swiftSettings: [.swiftLanguageMode(.v6)]
         ),
     ]

@@ -93,13 +93,14 @@ import Testing
         #expect(sequence.send(1).delivered == 0)
     }
 
-    @Test func cancelledConsumerStillReturnsWhatItAlreadyHeld() async throws {
-        // Like AsyncStream: cancellation stops new elements; held ones drain.
+    @Test func taskCancellationEndsTheSubscriberLikeCancel() async throws {
+        // Noticed on the first call: what it held is discarded, it leaves
+        // the count at once, and `next()` returns nil.
         let sequence = BroadcastSequence(of: Int.self)
         let subscription = sequence.subscribe()
         sequence.send(1)
         sequence.send(2)
-        let result = try await withDeadline("drain after cancellation") {
+        let result = try await withDeadline("next after cancellation") {
             await Task { () -> [Int] in
                 withUnsafeCurrentTask { $0?.cancel() }
                 var received: [Int] = []
@@ -107,8 +108,37 @@ import Testing
                 return received
             }.value
         }
-        #expect(result == [1, 2])
+        #expect(result == [])
+        #expect(sequence.subscriberCount == 0)
         #expect(sequence.send(3).delivered == 0)
+    }
+
+    /// A consumer cancelled mid-stream receives at most 31 more elements,
+    /// however many are sent after the cancellation.
+    @Test(arguments: [0, 1, 5, 31, 32, 33, 40])
+    func taskCancellationIsNoticedWithin32Calls(readBeforeCancel: Int) async throws {
+        let sequence = BroadcastSequence(of: Int.self)
+        let subscription = sequence.subscribe()
+        let gate = Gate()
+        let reader = Task { () -> (before: Int, after: Int) in
+            var iterator = subscription.makeAsyncIterator()
+            var before = 0
+            for _ in 0..<readBeforeCancel { if await iterator.next() != nil { before += 1 } }
+            await gate.pass()  // the test cancels this task and sends 1000 more
+            var after = 0
+            while await iterator.next() != nil { after += 1 }
+            return (before, after)
+        }
+        for i in 0..<readBeforeCancel { sequence.send(i) }
+        try await waitUntil("reader at the gate") { gate.isWaiting }
+        reader.cancel()
+        for i in 0..<1000 { sequence.send(i) }
+        gate.open()
+        let (before, after) = try await withDeadline("cancelled reader ends") { await reader.value }
+        #expect(before == readBeforeCancel)
+        #expect(after <= 31, "received \(after) elements after its task was cancelled")
+        #expect(sequence.subscriberCount == 0)
+        #expect(sequence.send(0).delivered == 0)
     }
 
     @Test func anEndedSubscriberNeverAffectsOthers() async throws {

@@ -27,12 +27,48 @@ import Testing
         #expect(try await iterator.next() == nil)
     }
 
-    @Test func replayGoesThroughTheSubscribersPolicy() {
+    /// The whole window, whatever the policy; the policy governs what comes
+    /// after: an over-filled subscriber counts as full.
+    @Test(arguments: [
+        (BroadcastBufferingPolicy.bufferingNewest(0), [Int](), 1),
+        (.bufferingOldest(0), [], 1),
+        (.bufferingNewest(1), [6], 1),
+        (.bufferingOldest(1), [], 1),
+        (.bufferingNewest(2), [6], 1),
+        (.bufferingOldest(3), [], 1),
+        (.bounded(1), [6], 0),
+        (.unbounded, [6], 0),
+    ])
+    func replayIsNotCutByThePolicy(policy: BroadcastBufferingPolicy, afterWindow: [Int], dropped: Int) {
         let sequence = BroadcastSequence(of: Int.self, replay: 5)
         for i in 1...5 { sequence.send(i) }
-        let newest = sequence.subscribe(bufferingPolicy: .bufferingNewest(2))
-        #expect(newest.droppedCount == 3)
-        #expect(pollAll(newest) == [4, 5])
+        let subscription = sequence.subscribe(bufferingPolicy: policy)
+        #expect(subscription.droppedCount == 0)
+        let result = sequence.send(6)
+        #expect(result.dropped == dropped)
+        #expect(subscription.droppedCount == dropped)
+        let expected: [Int]
+        if case .bufferingNewest = policy, !afterWindow.isEmpty {
+            expected = [2, 3, 4, 5, 6]  // the oldest was evicted for the new element
+        } else {
+            expected = [1, 2, 3, 4, 5] + afterWindow
+        }
+        #expect(pollAll(subscription) == expected)
+    }
+
+    /// A `.bounded` subscriber over-filled by replay makes `emit` wait.
+    @Test func replayOverFillingABoundedSubscriberMakesEmitWait() async throws {
+        let sequence = BroadcastSequence(of: Int.self, replay: 3)
+        for i in 1...3 { sequence.send(i) }
+        let subscription = sequence.subscribe(bufferingPolicy: .bounded(2))
+        let emitter = Task { try await sequence.emit(4) }
+        try await waitUntil("emit waits on the over-filled subscriber") { sequence.waitingEmitterCount == 1 }
+        #expect(pollOne(subscription) == 1)
+        #expect(sequence.waitingEmitterCount == 1)  // still holds 2: full
+        #expect(pollOne(subscription) == 2)
+        let result = try await withDeadline("emit released") { try await emitter.value }
+        #expect(result.delivered == 1)
+        #expect(pollAll(subscription) == [3, 4])
     }
 
     @Test func replayZeroKeepsNothing() {

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @_spi(Testing) @testable import AsyncBroadcast
+@_exported import AsyncBroadcastTestSupport
 
 /// How long any single awaited step may take before the test fails. Generous
 /// so that TSan and a loaded 2-core CI machine never trip it; it only exists
@@ -12,33 +13,36 @@ struct DeadlineExceeded: Error, CustomStringConvertible {
     var description: String { "timed out after \(stepDeadline)s waiting for: \(what)" }
 }
 
-/// Delivers the first of two racing outcomes exactly once.
-private final class FirstResult<T: Sendable>: @unchecked Sendable {
-    private let lock = NSLock()
-    private var result: Result<T, any Error>?
-    private var waiter: CheckedContinuation<Result<T, any Error>, Never>?
+/// Delivers the first of two racing outcomes exactly once. The waiter's
+/// continuation carries no payload: the outcome travels through the locked
+/// box, which ThreadSanitizer sees (as the library does it).
+private final class FirstResult<T: Sendable>: Sendable {
+    private struct State {
+        var result: Result<T, any Error>?
+        var waiter: UnsafeContinuation<Void, Never>?
+    }
+    private let state = Locked(State())
 
     func complete(_ value: Result<T, any Error>) {
-        lock.lock()
-        guard result == nil else { lock.unlock(); return }
-        result = value
-        let waiter = self.waiter
-        self.waiter = nil
-        lock.unlock()
-        waiter?.resume(returning: value)
+        let waiter = state.withLock { state -> UnsafeContinuation<Void, Never>? in
+            guard state.result == nil else { return nil }
+            state.result = value
+            defer { state.waiter = nil }
+            return state.waiter
+        }
+        waiter?.resume()
     }
 
     func value() async -> Result<T, any Error> {
-        await withCheckedContinuation { continuation in
-            lock.lock()
-            if let result {
-                lock.unlock()
-                continuation.resume(returning: result)
-            } else {
-                waiter = continuation
-                lock.unlock()
+        await withUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
+            let ready = state.withLock { state -> Bool in
+                if state.result != nil { return true }
+                state.waiter = continuation
+                return false
             }
+            if ready { continuation.resume() }
         }
+        return state.withLock { $0.result! }
     }
 }
 
@@ -109,12 +113,52 @@ func pollAll<Element, Failure>(_ subscription: BroadcastSequence<Element, Failur
 }
 
 /// Counts live instances, to prove that buffers release their elements.
-final class LiveCounter: @unchecked Sendable {
-    private let lock = NSLock()
-    private var count = 0
-    var live: Int { lock.lock(); defer { lock.unlock() }; return count }
-    func increment() { lock.lock(); count += 1; lock.unlock() }
-    func decrement() { lock.lock(); count -= 1; lock.unlock() }
+final class LiveCounter: Sendable {
+    private let count = Locked(0)
+    var live: Int { count.value }
+    func increment() { count.withLock { $0 += 1 } }
+    func decrement() { count.withLock { $0 -= 1 } }
+}
+
+/// One element without suspending (`nil` if nothing is buffered).
+func pollOne<Element, Failure>(_ subscription: BroadcastSequence<Element, Failure>.Subscription) -> Element? {
+    if case .element(let element) = subscription.poll() { return element }
+    return nil
+}
+
+/// A point a task waits at until the test opens it (a task-side barrier
+/// that needs no sleeping).
+final class Gate: Sendable {
+    private struct State {
+        var isOpen = false
+        var waiter: UnsafeContinuation<Void, Never>?
+        var isWaiting = false
+    }
+    private let state = Locked(State())
+
+    /// The task reached `pass()` and waits.
+    var isWaiting: Bool { state.withLock { $0.isWaiting } }
+
+    func pass() async {
+        await withUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
+            let open = state.withLock { state -> Bool in
+                if state.isOpen { return true }
+                state.waiter = continuation
+                state.isWaiting = true
+                return false
+            }
+            if open { continuation.resume() }
+        }
+    }
+
+    func open() {
+        let waiter = state.withLock { state -> UnsafeContinuation<Void, Never>? in
+            state.isOpen = true
+            defer { state.waiter = nil }
+            return state.waiter
+        }
+        waiter?.resume()
+    }
 }
 
 /// A class payload that reports its lifetime to a `LiveCounter`.

@@ -4,7 +4,8 @@
 /// thread-safe: its owner guards it with a lock. It is `~Copyable` so that
 /// exactly one value owns the allocation and its `deinit` frees it.
 ///
-/// Invariants (checked in debug builds):
+/// Invariants (checked by `_checkInvariants()` under
+/// `ASYNCBROADCAST_INTERNAL_CHECKS`):
 /// - `capacity` is 0 (nothing allocated) or a power of two, so a slot index is
 ///   `(head + i) & (capacity - 1)`, never a division.
 /// - `0 <= count <= capacity`, `0 <= head < max(capacity, 1)`.
@@ -52,11 +53,22 @@ struct RingBuffer<Element>: ~Copyable {
     @inlinable
     var isEmpty: Bool { count == 0 }
 
+    /// Traps if an invariant above is broken (internal checks only).
+    @inlinable
+    func _checkInvariants() {
+        guard internalChecksEnabled else { return }
+        internalInvariant(capacity == 0 || capacity & (capacity - 1) == 0, "ring capacity \(capacity) is not a power of two")
+        internalInvariant((storage == nil) == (capacity == 0), "ring storage and capacity \(capacity) disagree")
+        internalInvariant(count >= 0 && count <= capacity, "ring count \(count) outside 0...\(capacity)")
+        internalInvariant(head >= 0 && head < Swift.max(capacity, 1), "ring head \(head) outside its capacity \(capacity)")
+    }
+
     @inlinable
     mutating func append(_ element: consuming Element) {
         if count == capacity { reallocate(to: capacity == 0 ? 4 : capacity * 2) }
         (storage.unsafelyUnwrapped + ((head + count) & (capacity - 1))).initialize(to: element)
         count += 1
+        _checkInvariants()
     }
 
     @inlinable
@@ -95,7 +107,7 @@ struct RingBuffer<Element>: ~Copyable {
 
     @inlinable
     mutating func reallocate(to newCapacity: Int) {
-        assert(newCapacity >= count && newCapacity & (newCapacity - 1) == 0)
+        internalInvariant(newCapacity >= count && newCapacity & (newCapacity - 1) == 0, "bad ring growth to \(newCapacity)")
         let newStorage = UnsafeMutablePointer<Element>.allocate(capacity: newCapacity)
         if let storage {
             // Move the two wrapped runs into the front of the new allocation.
@@ -111,7 +123,7 @@ struct RingBuffer<Element>: ~Copyable {
 
     @inlinable
     static func roundUpToPowerOfTwo(_ value: Int) -> Int {
-        precondition(value > 0 && value <= Int.max >> 1)
+        if value <= 0 || value > Int.max >> 1 { internalInconsistency("no power of two for \(value)") }
         var result = 1
         while result < value { result <<= 1 }
         return result

@@ -16,7 +16,7 @@ final class SPSCSegment<Element> {
 
     @inlinable
     init(base: Int, capacity: Int) {
-        precondition(capacity > 0 && capacity & (capacity - 1) == 0)
+        internalInvariant(capacity > 0 && capacity & (capacity - 1) == 0, "segment capacity \(capacity) is not a power of two")
         self.base = base
         self.mask = capacity - 1
         self.slots = .allocate(capacity: capacity)
@@ -36,7 +36,8 @@ final class SPSCSegment<Element> {
 /// lock; "single consumer" because a subscription has one consumer (guarded
 /// by `SubscriberCore.consumerBusy`). Neither side takes a lock per element.
 ///
-/// Invariants:
+/// Invariants (the producer's checked by `_checkProducerInvariants()` under
+/// `ASYNCBROADCAST_INTERNAL_CHECKS`):
 /// - Elements have consecutive indices; `tail` (published by the producer)
 ///   counts pushes, `head` (published by the consumer) counts pops, and
 ///   exactly the indices in `[head, tail)` hold initialized elements.
@@ -98,6 +99,22 @@ final class SPSCRing<Element> {
     }
 
     // MARK: Producer (sequence lock held)
+
+    /// Traps if the producer's view breaks an invariant above (internal
+    /// checks only; sequence lock held).
+    @inlinable
+    func _checkProducerInvariants() {
+        guard internalChecksEnabled else { return }
+        let segment = producerSegment
+        internalInvariant(tail.loadRelaxed() == producerTail, "published tail \(tail.loadRelaxed()) != producer tail \(producerTail)")
+        internalInvariant(producerCachedHead <= producerTail, "cached head \(producerCachedHead) ahead of tail \(producerTail)")
+        internalInvariant(head.loadAcquire() <= producerTail, "consumer head ahead of tail \(producerTail)")
+        internalInvariant(segment.capacity & segment.mask == 0, "segment capacity \(segment.capacity) is not a power of two")
+        internalInvariant(segment.base <= producerTail, "producer segment starts at \(segment.base) after tail \(producerTail)")
+        internalInvariant(producerTail - Swift.max(head.loadAcquire(), segment.base) <= segment.capacity,
+                          "more unread elements than slots in the producer's segment")
+        internalInvariant(segment.end.loadRelaxed() == .max, "the producer's segment is closed")
+    }
 
     @inlinable
     func push(_ element: consuming Element) {

@@ -26,18 +26,19 @@ public enum BroadcastBufferingPolicy: Sendable, Hashable {
 }
 
 extension BroadcastBufferingPolicy {
-    /// Traps with a message naming `argument` if the policy is invalid.
+    /// Traps with a message naming `argument` if the policy is invalid, in
+    /// every build configuration.
     @usableFromInline
     func validate(argument: StaticString) {
         switch self {
         case .unbounded:
             break
         case .bufferingOldest(let n):
-            precondition(n >= 0, "AsyncBroadcast: \(argument): .bufferingOldest capacity must not be negative (got \(n))")
+            if n < 0 { misuse("\(argument): .bufferingOldest capacity must not be negative (got \(n))") }
         case .bufferingNewest(let n):
-            precondition(n >= 0, "AsyncBroadcast: \(argument): .bufferingNewest capacity must not be negative (got \(n))")
+            if n < 0 { misuse("\(argument): .bufferingNewest capacity must not be negative (got \(n))") }
         case .bounded(let n):
-            precondition(n >= 1, "AsyncBroadcast: \(argument): .bounded capacity must be at least 1 (got \(n))")
+            if n < 1 { misuse("\(argument): .bounded capacity must be at least 1 (got \(n))") }
         }
     }
 

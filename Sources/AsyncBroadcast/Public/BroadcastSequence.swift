@@ -41,13 +41,17 @@ public final class BroadcastSequence<Element: Sendable, Failure: Error>: AsyncSe
     /// - Parameters:
     ///   - bufferingPolicy: The policy of subscribers that do not pick their
     ///     own in ``subscribe(bufferingPolicy:)``.
-    ///   - replay: How many of the most recent elements a new subscriber
-    ///     receives first. `replay: 1` with a single `send` and `finish`
-    ///     makes a one-shot "ready" signal that late waiters still see.
+    ///   - replay: How many of the most recent elements the sequence keeps
+    ///     for new subscribers. A new subscriber receives all of them first,
+    ///     whatever its policy (a smaller capacity does not cut the window);
+    ///     its policy governs what is sent afterwards. `replay: 1` with a
+    ///     single `send` and `finish` makes a one-shot "ready" signal that
+    ///     late waiters still see.
     ///
-    /// A negative `replay` or capacity, or `.bounded(0)`, traps.
+    /// A negative `replay` or capacity, or `.bounded(0)`, traps with a
+    /// message naming it, in every build configuration.
     public init(bufferingPolicy: BufferingPolicy = .unbounded, replay: Int = 0) {
-        precondition(replay >= 0, "AsyncBroadcast: replay must not be negative (got \(replay))")
+        if replay < 0 { misuse("replay must not be negative (got \(replay))") }
         bufferingPolicy.validate(argument: "bufferingPolicy")
         storage = BroadcastStorage(defaultPolicy: bufferingPolicy, replay: replay)
     }
@@ -107,16 +111,13 @@ public final class BroadcastSequence<Element: Sendable, Failure: Error>: AsyncSe
 
     /// The number of subscribers that have not ended.
     ///
-    /// After `finish`, subscribers count until they have drained their
-    /// buffers (or are cancelled or released).
+    /// After `finish`, a subscriber counts until it has drained its buffer
+    /// (one that holds nothing when the sequence finishes leaves at once),
+    /// or until it is cancelled or released.
     public var subscriberCount: Int { storage.subscriberCount }
 
     /// Whether `finish()` or `finish(throwing:)` has been called.
     public var isFinished: Bool { storage.isFinished }
-
-    /// How many `emit` calls are suspended waiting for room (for tests).
-    @_spi(Testing)
-    public var waitingEmitterCount: Int { storage.waitingEmitterCount }
 
     // MARK: Consuming
 

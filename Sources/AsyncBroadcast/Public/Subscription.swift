@@ -14,8 +14,10 @@ extension BroadcastSequence {
     /// ```
     ///
     /// One subscription has one consumer. Calling `next()` from two tasks at
-    /// once is a programmer error: it never corrupts the buffer, and it traps
-    /// with a message when the calls are caught overlapping.
+    /// once is a programmer error: the second call finds the consumer slot
+    /// taken (it is claimed atomically for the whole call, suspension
+    /// included) and traps with a message, in release builds too, before it
+    /// touches anything.
     public final class Subscription: AsyncSequence, Sendable {
         @usableFromInline let core: SubscriberCore<Element, Failure>
 
@@ -47,31 +49,6 @@ extension BroadcastSequence {
         /// How many elements this subscriber's policy has dropped so far.
         public var droppedCount: Int { core.droppedCount }
 
-        /// A non-suspending read, for tests and fuzzing: the next buffered
-        /// element, `.empty`, or the end.
-        @_spi(Testing)
-        public func poll() -> PollResult {
-            switch core.poll() {
-            case .element(let element): return .element(element)
-            case .empty: return .empty
-            case .end: return .end
-            case .failure(let error): return .failure(error)
-            }
-        }
-
-        /// Whether this subscription's consumer is suspended in `next()` now.
-        /// Lets tests wait for an exact state instead of sleeping.
-        @_spi(Testing)
-        public var isConsumerWaiting: Bool { core.isConsumerParked }
-
-        @_spi(Testing)
-        public enum PollResult {
-            case element(Element)
-            case empty
-            case end
-            case failure(Failure)
-        }
-
         /// Reads a ``Subscription``'s buffer, suspending while it is empty.
         public struct AsyncIterator: AsyncIteratorProtocol {
             @usableFromInline let subscription: Subscription
@@ -93,8 +70,14 @@ extension BroadcastSequence {
             /// The next element, or `nil` once the subscriber has ended.
             ///
             /// Throws the sequence's error once (after the buffer is drained)
-            /// if it finished with `finish(throwing:)`. Returns `nil`, never
-            /// throws, when the calling task is cancelled.
+            /// if it finished with `finish(throwing:)`.
+            ///
+            /// When the calling task is cancelled, the subscriber ends as
+            /// with ``Subscription/cancel()`` and this returns `nil` (never
+            /// throws). A call waiting for an element notices at once;
+            /// otherwise the cancellation flag is read on the first call and
+            /// then every 32 calls, so at most 31 more elements arrive after
+            /// the cancellation.
             @inlinable
             public mutating func next() async throws(Failure) -> Element? {
                 try await subscription.core.next(isolation: nil as (any Actor)?, checkCancellation: shouldCheckCancellation())

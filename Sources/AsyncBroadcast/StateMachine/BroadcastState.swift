@@ -64,14 +64,18 @@ struct BroadcastState<Element: Sendable, Failure: Error>: ~Copyable {
     mutating func subscribe(_ subscriber: SubscriberCore<Element, Failure>,
                             fromCancelledTask: Bool,
                             effects: inout Effects<Element>) {
+        // The whole window, whatever the subscriber's policy: the policy
+        // governs later sends, and an over-filled subscriber counts as full.
         var overFilled = false
         replay.forEach { element in
-            if subscriber.offer(copy element, effects: &effects) == .deliveredFull { overFilled = true }
+            if subscriber.seed(copy element) { overFilled = true }
         }
         if let terminal {
+            subscriber.ignoresTaskCancellation = true
             subscriber.setTerminal(terminal.subscriberTerminal)
         } else if fromCancelledTask {
-            subscriber.setTerminal(.cancelled)
+            subscriber.ignoresTaskCancellation = true
+            subscriber.setTerminal(.finished)  // the replay window, then `nil`
         } else {
             subscriber.registryIndex = subscribers.count
             subscribers.append(.passRetained(subscriber))
@@ -79,14 +83,18 @@ struct BroadcastState<Element: Sendable, Failure: Error>: ~Copyable {
         }
     }
 
-    /// Unregisters `subscriber` in O(1); no other subscriber is touched.
+    /// Unregisters `subscriber` in O(1) and serves the emitters that waited
+    /// on it; no other subscriber is touched.
     @inlinable
     mutating func remove(_ subscriber: SubscriberCore<Element, Failure>, effects: inout Effects<Element>) {
-        #if ASYNCBROADCAST_FAULT_LEAK_SUBSCRIBER
-        let registryIndex: Int? = nil  // deliberate fault: ended subscribers stay registered
-        #else
-        let registryIndex = subscriber.registryIndex
-        #endif
+        unregister(subscriber)
+        serveEmitters(drained: nil, effects: &effects)
+    }
+
+    /// Swap-removes `subscriber` from the registry and the full list.
+    @inlinable
+    mutating func unregister(_ subscriber: SubscriberCore<Element, Failure>) {
+        let registryIndex = Fault.leakSubscriber ? nil : subscriber.registryIndex
         if let index = registryIndex {
             subscriber.registryIndex = nil
             let last = subscribers.removeLast()
@@ -99,7 +107,6 @@ struct BroadcastState<Element: Sendable, Failure: Error>: ~Copyable {
             Unmanaged.passUnretained(subscriber).release()
         }
         unmarkFull(subscriber)
-        serveEmitters(drained: nil, effects: &effects)
     }
 
     // MARK: Sending
@@ -124,13 +131,14 @@ struct BroadcastState<Element: Sendable, Failure: Error>: ~Copyable {
                 break
             }
         }
-        // Lock-free subscribers: publish everything, then look for parked
-        // consumers. The fence pairs with the one a consumer issues after
-        // counting itself in `parkedConsumers` and moving to `parked`.
-        sequentiallyConsistentFence()
-        if parkedConsumers.loadRelaxed() != 0 {
+        // Publish everything, then wake parked readers (see `Parking`).
+        // A parked reader's buffer was empty, so this send gave it the
+        // element (or it is ending): none of these wakes is spurious.
+        if Parking.producerMayNeedToWake(parkedCount: parkedConsumers) {
             for subscriber in subscribers {
-                subscriber._withUnsafeGuaranteedRef { $0.wakeIfParked(effects: &effects) }
+                if let continuation = subscriber._withUnsafeGuaranteedRef({ $0.parking.tryUnpark() }) {
+                    effects.resume(continuation)
+                }
             }
         }
         if replayLimit > 0 {
@@ -162,16 +170,26 @@ struct BroadcastState<Element: Sendable, Failure: Error>: ~Copyable {
         return id
     }
 
-    /// Stores the emitter's continuation, or returns the outcome if the emit
-    /// was already served, cancelled or finished.
+    /// Stores the emitter's continuation; `false` if the emit was already
+    /// served, cancelled or finished (then the emitter resumes at once).
     @inlinable
-    mutating func park(emit id: Int, _ continuation: UnsafeContinuation<EmitOutcome, Never>) -> EmitOutcome? {
-        if let outcome = decidedEmits.removeValue(forKey: id) { return outcome }
+    mutating func park(emit id: Int, _ continuation: UnsafeContinuation<Void, Never>) -> Bool {
+        if decidedEmits[id] != nil { return false }
         guard let index = emitters.firstIndex(where: { $0.id == id }) else {
-            preconditionFailure("AsyncBroadcast: emit \(id) is neither queued nor decided")
+            internalInconsistency("emit \(id) is neither queued nor decided")
         }
         emitters[index].continuation = continuation
-        return nil
+        return true
+    }
+
+    /// The outcome of a decided emit, taken once by its emitter after it
+    /// resumes: the continuation carries no payload (see `Parking`).
+    @inlinable
+    mutating func takeOutcome(emit id: Int) -> EmitOutcome {
+        guard let outcome = decidedEmits.removeValue(forKey: id) else {
+            internalInconsistency("emit \(id) resumed before it was decided")
+        }
+        return outcome
     }
 
     /// The emitter's task was cancelled: if it still waits, dequeue it.
@@ -195,11 +213,9 @@ struct BroadcastState<Element: Sendable, Failure: Error>: ~Copyable {
         while !emitters.isEmpty {
             guard fullSubscribers.isEmpty else { return }
             let entry = emitters.removeFirst()
-            #if ASYNCBROADCAST_FAULT_DROP_EMIT
-            let result = BroadcastSendResult()  // deliberate fault: claims success, delivers nothing
-            #else
-            let result = deliver(entry.element.unsafelyUnwrapped, effects: &effects)
-            #endif
+            let result = Fault.dropEmit
+                ? BroadcastSendResult()
+                : deliver(entry.element.unsafelyUnwrapped, effects: &effects)
             decide(entry, .delivered(result), effects: &effects)
         }
     }
@@ -208,28 +224,50 @@ struct BroadcastState<Element: Sendable, Failure: Error>: ~Copyable {
     mutating func decide(_ entry: consuming PendingEmit<Element>, _ outcome: EmitOutcome,
                                  effects: inout Effects<Element>) {
         if let element = entry.element.take() { effects.release(element) }
-        if let continuation = entry.continuation {
-            effects.resume(continuation, with: outcome)
-        } else {
-            decidedEmits[entry.id] = outcome
-        }
+        decidedEmits[entry.id] = outcome
+        if let continuation = entry.continuation { effects.resume(continuation) }
     }
 
     // MARK: Finishing
 
-    /// First call wins. Wakes parked consumers and releases every waiting
-    /// emitter with an `isFinished` result.
+    /// First call wins. Releases every waiting emitter with an `isFinished`
+    /// result, wakes parked readers, and unregisters the subscribers that
+    /// hold nothing (they have ended; the others leave once drained).
     @inlinable
     mutating func finish(_ event: Terminal, effects: inout Effects<Element>) {
         guard terminal == nil else { return }
         terminal = event
-        let subscriberTerminal = event.subscriberTerminal
-        for subscriber in subscribers {
-            subscriber._withUnsafeGuaranteedRef { $0.finish(subscriberTerminal, effects: &effects) }
-        }
         while !emitters.isEmpty {
             decide(emitters.removeFirst(), .delivered(.finished), effects: &effects)
         }
+        let subscriberTerminal = event.subscriberTerminal
+        // Backwards, so that a swap-remove only moves an entry already seen.
+        var index = subscribers.count - 1
+        while index >= 0 {
+            let subscriber = subscribers[index].takeUnretainedValue()
+            if subscriber.finish(subscriberTerminal, effects: &effects) { unregister(subscriber) }
+            index -= 1
+        }
+    }
+
+    // MARK: Invariants
+
+    /// Checks the registry and the full list (under
+    /// `ASYNCBROADCAST_INTERNAL_CHECKS` only; O(subscribers)).
+    @inlinable
+    func _checkInvariants() {
+        guard internalChecksEnabled else { return }
+        for (index, subscriber) in subscribers.enumerated() {
+            let registered = subscriber._withUnsafeGuaranteedRef { $0.registryIndex }
+            internalInvariant(registered == index, "registry entry \(index) records index \(String(describing: registered))")
+        }
+        for (index, subscriber) in fullSubscribers.enumerated() {
+            internalInvariant(subscriber.fullIndex == index, "full-list entry \(index) records index \(String(describing: subscriber.fullIndex))")
+            internalInvariant(subscriber.registryIndex != nil, "full-list entry \(index) is not registered")
+        }
+        internalInvariant(replay.count <= replayLimit, "replay holds \(replay.count) > \(replayLimit)")
+        replay._checkInvariants()
+        internalInvariant(emitters.allSatisfy { decidedEmits[$0.id] == nil }, "a queued emit is also decided")
     }
 
     // MARK: Full `.bounded` subscribers

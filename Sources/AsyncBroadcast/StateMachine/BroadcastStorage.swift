@@ -12,13 +12,14 @@ final class BroadcastStorage<Element: Sendable, Failure: Error>: @unchecked Send
     @usableFromInline var state: BroadcastState<Element, Failure>
     /// Non-zero while an emitter waits or is checking for room. Lets a
     /// `.bounded` consumer that just dropped below capacity skip the sequence
-    /// lock when nobody could be waiting on it. Written under `lock` with
+    /// lock when nobody could be waiting on it. Set under `lock` with
     /// sequential consistency *before* the emitter looks at subscribers'
     /// buffers, so a consumer that drains after that look sees it set.
     @usableFromInline let emittersWaiting = AtomicInt(0)
     /// Reused `Effects` storage, so steady-state sends allocate nothing.
     @usableFromInline let pool = EffectsPool<Element>()
-    /// See `BroadcastState.parkedConsumers`.
+    /// Readers that are parked or about to park (see `Parking`): a send
+    /// looks for them only when this is non-zero.
     @usableFromInline let parkedConsumers: AtomicInt
 
     @usableFromInline
@@ -36,6 +37,22 @@ final class BroadcastStorage<Element: Sendable, Failure: Error>: @unchecked Send
         parkedConsumers.destroy()
     }
 
+    /// Every transition of the sequence goes through here: `body` runs under
+    /// the sequence lock and records its effects; then the emitter flag is
+    /// settled, the lock released, and the effects run (resumes, element
+    /// deinitializers), in that order, always.
+    @inlinable
+    func withState<R>(_ body: (inout BroadcastState<Element, Failure>, inout Effects<Element>) -> R) -> R {
+        var effects = Effects(pool: pool)
+        lock.lock()
+        let result = body(&state, &effects)
+        settleEmitterFlag()
+        state._checkInvariants()
+        lock.unlock()
+        effects.run()
+        return result
+    }
+
     // MARK: Queries
 
     @usableFromInline
@@ -51,86 +68,64 @@ final class BroadcastStorage<Element: Sendable, Failure: Error>: @unchecked Send
     func subscribe(policy: BroadcastBufferingPolicy) -> SubscriberCore<Element, Failure> {
         let subscriber = SubscriberCore<Element, Failure>(policy: policy, storage: self)
         let fromCancelledTask = Task.isCancelled
-        var effects = Effects(pool: pool)
-        lock.withLock {
+        withState { state, effects in
             state.subscribe(subscriber, fromCancelledTask: fromCancelledTask, effects: &effects)
         }
-        effects.run()
         return subscriber
     }
 
     /// Unregisters an ending subscriber and releases emitters that waited on it.
     @inlinable
     func remove(_ subscriber: SubscriberCore<Element, Failure>) {
-        var effects = Effects(pool: pool)
-        lock.withLock {
-            state.remove(subscriber, effects: &effects)
-            settleEmitterFlag()
-        }
-        effects.run()
+        withState { state, effects in state.remove(subscriber, effects: &effects) }
     }
 
     /// A `.bounded` subscriber's buffer just dropped below capacity.
     @inlinable
     func boundedSubscriberMayHaveRoom(_ subscriber: SubscriberCore<Element, Failure>) {
         guard emittersWaiting.loadSequentiallyConsistent() != 0 else { return }
-        var effects = Effects(pool: pool)
-        lock.withLock {
-            state.serveEmitters(drained: subscriber, effects: &effects)
-            settleEmitterFlag()
-        }
-        effects.run()
+        withState { state, effects in state.serveEmitters(drained: subscriber, effects: &effects) }
     }
 
     // MARK: Producers
 
     @inlinable
     func send(_ element: Element) -> BroadcastSendResult {
-        var effects = Effects(pool: pool)
-        lock.lock()
-        guard state.terminal == nil else {
-            lock.unlock()
-            return .finished
+        withState { state, effects in
+            state.terminal == nil ? state.deliver(element, effects: &effects) : .finished
         }
-        let result = state.deliver(element, effects: &effects)
-        lock.unlock()
-        effects.run()
-        return result
+    }
+
+    /// Where an `emit` stands after its first look.
+    @usableFromInline
+    enum EmitStart {
+        case done(BroadcastSendResult)
+        case queued(id: Int)
     }
 
     @inlinable
     func emit(_ element: Element) async throws(CancellationError) -> BroadcastSendResult {
-        var effects = Effects(pool: pool)
-        lock.lock()
-        if state.terminal != nil {
-            lock.unlock()
-            return .finished
+        let start: EmitStart = withState { state, effects in
+            if state.terminal != nil { return .done(.finished) }
+            announceEmitterCheck()
+            if state.emitterMayProceed() { return .done(state.deliver(element, effects: &effects)) }
+            // Queue now, so arrival order is the order emits found no room.
+            return .queued(id: state.enqueueEmit(element))
         }
-        announceEmitterCheck()
-        if state.emitterMayProceed() {
-            let result = state.deliver(element, effects: &effects)
-            settleEmitterFlag()
-            lock.unlock()
-            effects.run()
-            return result
+        let id: Int
+        switch start {
+        case .done(let result): return result
+        case .queued(let queued): id = queued
         }
-        // Queue now, so arrival order is the order emits found no room.
-        let id = state.enqueueEmit(element)
-        lock.unlock()
-        let outcome = await withTaskCancellationHandler {
-            await withUnsafeContinuation { (continuation: UnsafeContinuation<EmitOutcome, Never>) in
-                let decided = lock.withLock { state.park(emit: id, continuation) }
-                if let decided { continuation.resume(returning: decided) }
+        await withTaskCancellationHandler {
+            await withUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
+                // The lock is taken inside the closure, never across it.
+                if !lock.withLock({ state.park(emit: id, continuation) }) { continuation.resume() }
             }
         } onCancel: {
-            var effects = Effects(pool: pool)
-            lock.withLock {
-                state.cancelEmit(id, effects: &effects)
-                settleEmitterFlag()
-            }
-            effects.run()
+            withState { state, effects in state.cancelEmit(id, effects: &effects) }
         }
-        switch outcome {
+        switch lock.withLock({ state.takeOutcome(emit: id) }) {
         case .delivered(let result): return result
         case .cancelled: throw CancellationError()
         }
@@ -142,21 +137,18 @@ final class BroadcastStorage<Element: Sendable, Failure: Error>: @unchecked Send
         emittersWaiting.storeSequentiallyConsistent(1)
     }
 
-    /// Call under `lock`: clears the flag once nobody waits.
+    /// Call under `lock`: the flag is 1 exactly while an emitter waits. The
+    /// sequentially consistent store is paid only when the value changes.
     @inlinable
     func settleEmitterFlag() {
-        emittersWaiting.storeSequentiallyConsistent(state.hasWaitingEmitters ? 1 : 0)
+        let waiting = state.hasWaitingEmitters ? 1 : 0
+        if emittersWaiting.loadRelaxed() != waiting { emittersWaiting.storeSequentiallyConsistent(waiting) }
     }
 
     // MARK: Finishing
 
     @usableFromInline
     func finish(_ event: BroadcastState<Element, Failure>.Terminal) {
-        var effects = Effects(pool: pool)
-        lock.withLock {
-            state.finish(event, effects: &effects)
-            settleEmitterFlag()
-        }
-        effects.run()
+        withState { state, effects in state.finish(event, effects: &effects) }
     }
 }

@@ -1,16 +1,5 @@
-/// What a parked consumer is resumed with.
-@usableFromInline
-enum Wake<Element: Sendable>: Sendable {
-    /// A producer handed the element straight to the waiting consumer.
-    case element(Element)
-    /// Something changed (a terminal event, or the buffer refilled while
-    /// parking): look at the subscriber again.
-    case retry
-    /// The consumer's task was cancelled while it waited.
-    case cancelled
-}
-
-/// How a waiting `emit` ends.
+/// How a waiting `emit` ends. Kept in `BroadcastState.decidedEmits` until
+/// the emitter takes it (its continuation carries no payload).
 @usableFromInline
 enum EmitOutcome: Sendable {
     case delivered(BroadcastSendResult)
@@ -28,15 +17,24 @@ enum EmitOutcome: Sendable {
 /// Recording is allocation-free in steady state: the first record borrows a
 /// box from the storage's `EffectsPool` (its arrays keep their capacity) and
 /// `run()` returns it. A section that records nothing touches no box at all.
+///
+/// An `Effects` must be run: dropping one without `run()` would leave a
+/// continuation suspended forever, so its `deinit` traps.
 @usableFromInline
 struct Effects<Element: Sendable>: ~Copyable {
     @usableFromInline var box: EffectsBox<Element>?
     @usableFromInline let pool: EffectsPool<Element>?
+    @usableFromInline var hasRun = false
 
     @inlinable
     init(pool: EffectsPool<Element>?) {
         self.box = nil
         self.pool = pool
+    }
+
+    @inlinable
+    deinit {
+        if !hasRun { internalInconsistency("Effects dropped without run(): a continuation would never resume") }
     }
 
     @inlinable
@@ -47,14 +45,10 @@ struct Effects<Element: Sendable>: ~Copyable {
         return fresh
     }
 
+    /// Resumes `continuation` (a parked reader or a waiting emitter) in `run()`.
     @inlinable
-    mutating func resume(_ continuation: UnsafeContinuation<Wake<Element>, Never>, with wake: Wake<Element>) {
-        recordingBox().consumerWakes.append((continuation, wake))
-    }
-
-    @inlinable
-    mutating func resume(_ continuation: UnsafeContinuation<EmitOutcome, Never>, with outcome: EmitOutcome) {
-        recordingBox().emitterWakes.append((continuation, outcome))
+    mutating func resume(_ continuation: UnsafeContinuation<Void, Never>) {
+        recordingBox().wakes.append(continuation)
     }
 
     /// Keeps `element` alive until `run()`, so its deinitializer runs unlocked.
@@ -66,11 +60,10 @@ struct Effects<Element: Sendable>: ~Copyable {
     /// Runs the recorded effects. Call with no lock held.
     @inlinable
     consuming func run() {
+        hasRun = true
         guard let box else { return }
-        for (continuation, wake) in box.consumerWakes { continuation.resume(returning: wake) }
-        box.consumerWakes.removeAll(keepingCapacity: true)
-        for (continuation, outcome) in box.emitterWakes { continuation.resume(returning: outcome) }
-        box.emitterWakes.removeAll(keepingCapacity: true)
+        for continuation in box.wakes { continuation.resume() }
+        box.wakes.removeAll(keepingCapacity: true)
         box.released.removeAll(keepingCapacity: true)
         pool?.put(box)
     }
@@ -79,8 +72,7 @@ struct Effects<Element: Sendable>: ~Copyable {
 /// The reusable arrays behind `Effects`.
 @usableFromInline
 final class EffectsBox<Element: Sendable> {
-    @usableFromInline var consumerWakes: [(UnsafeContinuation<Wake<Element>, Never>, Wake<Element>)] = []
-    @usableFromInline var emitterWakes: [(UnsafeContinuation<EmitOutcome, Never>, EmitOutcome)] = []
+    @usableFromInline var wakes: [UnsafeContinuation<Void, Never>] = []
     @usableFromInline var released: [Element] = []
 
     @inlinable init() {}

@@ -9,10 +9,10 @@
 struct PendingEmit<Element: Sendable> {
     @usableFromInline let id: Int
     @usableFromInline var element: Element?
-    @usableFromInline var continuation: UnsafeContinuation<EmitOutcome, Never>?
+    @usableFromInline var continuation: UnsafeContinuation<Void, Never>?
 
     @inlinable
-    init(id: Int, element: Element?, continuation: UnsafeContinuation<EmitOutcome, Never>?) {
+    init(id: Int, element: Element?, continuation: UnsafeContinuation<Void, Never>?) {
         self.id = id
         self.element = element
         self.continuation = continuation

@@ -1,0 +1,36 @@
+// Every `@_spi(Testing)` entry point, for the tests, the fuzz targets and
+// the stress tool: hooks that let them wait for an exact state instead of
+// sleeping, or read without suspending. Not part of the public contract.
+
+extension BroadcastSequence {
+    /// How many `emit` calls are suspended waiting for room.
+    @_spi(Testing)
+    public var waitingEmitterCount: Int { storage.waitingEmitterCount }
+}
+
+extension BroadcastSequence.Subscription {
+    /// A non-suspending read: the next buffered element, `.empty`, or the
+    /// end. Claims the consumer slot like `next()`, so it traps if a
+    /// consumer is inside `next()` at the same time.
+    @_spi(Testing)
+    public func poll() -> PollResult {
+        switch core.poll() {
+        case .element(let element): return .element(element)
+        case .empty: return .empty
+        case .end: return .end
+        case .failure(let error): return .failure(error)
+        }
+    }
+
+    /// Whether this subscription's consumer is suspended in `next()` now.
+    @_spi(Testing)
+    public var isConsumerWaiting: Bool { core.isConsumerParked }
+
+    @_spi(Testing)
+    public enum PollResult {
+        case element(Element)
+        case empty
+        case end
+        case failure(Failure)
+    }
+}

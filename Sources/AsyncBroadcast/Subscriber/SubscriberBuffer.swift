@@ -1,0 +1,267 @@
+/// What `offer` did with an element.
+@usableFromInline
+enum OfferOutcome {
+    case delivered
+    /// Delivered to a `.bounded` subscriber that now holds its capacity or more.
+    case deliveredFull
+    /// Delivered to a full `.bufferingNewest` subscriber, evicting its oldest.
+    case deliveredEvicting
+    case dropped
+    /// The subscriber is ending: the element is neither delivered nor dropped.
+    case skipped
+}
+
+/// A locked FIFO, for policies whose producer may remove elements.
+@usableFromInline
+final class LockedRing<Element> {
+    /// Guarded by the owning subscriber's lock.
+    @usableFromInline var ring: RingBuffer<Element>
+
+    @inlinable init(initialCapacity: Int) { ring = RingBuffer(initialCapacity: initialCapacity) }
+}
+
+/// One subscriber's buffer, in the form its policy needs, chosen once at
+/// `init`:
+///
+/// - **lock-free** for `.unbounded`, `.bounded(n)` and `.bufferingOldest(n > 0)`:
+///   producers only ever append, so it is a single-producer/single-consumer
+///   queue (`SPSCRing`). Producers are serialised by the sequence lock and a
+///   subscription has one consumer (its claimed consumer slot), so neither
+///   side takes a lock per element.
+/// - **locked** for `.bufferingNewest(n)` and capacity 0: a producer may
+///   evict the oldest unread element or hand an element only to a waiting
+///   reader, so both sides take the subscriber's lock.
+///
+/// Replay is the exception to the policy: `seed` appends the whole window,
+/// even past the capacity, and a subscriber holding more than its capacity
+/// counts as full for later sends.
+@usableFromInline
+struct SubscriberBuffer<Element: Sendable>: @unchecked Sendable {
+    @usableFromInline
+    enum Storage {
+        case lockFree(Unmanaged<SPSCRing<Element>>)
+        case locked(Unmanaged<LockedRing<Element>>)
+    }
+
+    /// Retained once at `init`, released by `destroy()`: the hot paths never
+    /// touch a reference count (it would bounce between the producer's and
+    /// the consumer's cores).
+    @usableFromInline let storage: Storage
+    /// The subscriber's lock: guards a locked ring.
+    @usableFromInline let lock: Lock
+    /// Elements dropped by the policy; written only by producers (under the
+    /// sequence lock).
+    @usableFromInline let dropped: AtomicInt
+    /// `n` for `.bounded(n)`, `.bufferingOldest(n)` and `.bufferingNewest(n)`;
+    /// `Int.max` for `.unbounded`.
+    @usableFromInline let limit: Int
+    @usableFromInline let isBounded: Bool
+    @usableFromInline let dropsNewest: Bool  // `.bufferingOldest`
+
+    @inlinable
+    init(policy: BroadcastBufferingPolicy, lock: Lock, dropped: AtomicInt, tail: AtomicInt, head: AtomicInt) {
+        self.lock = lock
+        self.dropped = dropped
+        var lockFree = true
+        var isBounded = false
+        var dropsNewest = false
+        switch policy {
+        case .unbounded:
+            limit = .max
+        case .bounded(let n):
+            limit = n
+            isBounded = true
+        case .bufferingOldest(let n):
+            limit = n
+            dropsNewest = true
+            lockFree = n > 0
+        case .bufferingNewest(let n):
+            limit = n
+            lockFree = false
+        }
+        self.isBounded = isBounded
+        self.dropsNewest = dropsNewest
+        if lockFree {
+            let ring = SPSCRing<Element>(capacity: Swift.min(limit, SPSCRing<Element>.defaultCapacity), tail: tail, head: head)
+            storage = .lockFree(.passRetained(ring))
+        } else {
+            storage = .locked(.passRetained(LockedRing(initialCapacity: policy.initialStorageCapacity)))
+        }
+    }
+
+    /// Frees the buffer and what it still holds. Call once, from the owner's
+    /// `deinit`, while the `tail`/`head` words still exist.
+    @inlinable
+    func destroy() {
+        switch storage {
+        case .lockFree(let ring):
+            ring._withUnsafeGuaranteedRef { $0.removeAll() }
+            ring.release()
+        case .locked(let locked):
+            locked.release()
+        }
+    }
+
+    @inlinable var isLockFree: Bool {
+        if case .lockFree = storage { return true }
+        return false
+    }
+
+    // MARK: Producer side (sequence lock held)
+
+    /// A replayed element: appended whatever the policy says. Returns `true`
+    /// if a `.bounded` subscriber now holds its capacity or more.
+    @inlinable
+    func seed(_ element: Element) -> Bool {
+        switch storage {
+        case .lockFree(let ring):
+            return ring._withUnsafeGuaranteedRef {
+                $0.push(element)
+                return isBounded && $0.producerCountReaches(limit)
+            }
+        case .locked(let locked):
+            lock.lock()
+            locked._withUnsafeGuaranteedRef { $0.ring.append(element) }
+            lock.unlock()
+            return false
+        }
+    }
+
+    /// Hands `element` to this buffer according to the policy.
+    ///
+    /// - Parameter readerIsParked: for the locked form, whether the reader
+    ///   waits in `next()` now (it then takes the element whatever the
+    ///   capacity, and is woken by the send's wake pass).
+    @inlinable
+    func offer(_ element: Element, parking: Parking, effects: inout Effects<Element>) -> OfferOutcome {
+        switch storage {
+        case .lockFree(let ring):
+            return ring._withUnsafeGuaranteedRef { ring in
+                if dropsNewest && ring.producerCountReaches(limit) {
+                    countDrop()
+                    return .dropped
+                }
+                ring.push(element)
+                if isBounded && ring.producerCountReaches(limit) { return .deliveredFull }
+                return .delivered
+            }
+        case .locked(let locked):
+            lock.lock()
+            defer { lock.unlock() }
+            return locked._withUnsafeGuaranteedRef { locked in
+                if locked.ring.isEmpty && parking.isParked {
+                    locked.ring.append(element)  // a reader waits: it gets the element
+                    return .delivered
+                }
+                if limit == 0 || dropsNewest {
+                    countDrop()  // capacity 0 and no reader waiting
+                    return .dropped
+                }
+                guard locked.ring.count >= limit else {
+                    locked.ring.append(element)
+                    return .delivered
+                }
+                // Full (or over-filled by replay): evict the oldest for the new one.
+                effects.release(locked.ring.popFirst().unsafelyUnwrapped)
+                if !(Fault.miscountEviction && locked.ring.capacity == limit) { countDrop() }
+                locked.ring.append(element)
+                return .deliveredEvicting
+            }
+        }
+    }
+
+    @inlinable
+    func countDrop() {
+        dropped.storeRelease(dropped.loadRelaxed() + 1)  // single writer: the sequence lock holder
+    }
+
+    /// Unread elements, as producers see them (sequence lock held).
+    @inlinable
+    func producerCount() -> Int {
+        switch storage {
+        case .lockFree(let ring):
+            return ring._withUnsafeGuaranteedRef { $0.producerCount() }
+        case .locked(let locked):
+            lock.lock()
+            defer { lock.unlock() }
+            return locked._withUnsafeGuaranteedRef { $0.ring.count }
+        }
+    }
+
+    @inlinable
+    func checkProducerInvariants() {
+        guard internalChecksEnabled else { return }
+        switch storage {
+        case .lockFree(let ring):
+            ring._withUnsafeGuaranteedRef { $0._checkProducerInvariants() }
+        case .locked(let locked):
+            lock.lock()
+            locked._withUnsafeGuaranteedRef { $0.ring._checkInvariants() }
+            lock.unlock()
+        }
+    }
+
+    // MARK: Consumer side (the consumer slot claimed)
+
+    /// - Parameter publishSequentiallyConsistent: see `SPSCRing.pop`.
+    @inlinable
+    func pop() -> Element? {
+        switch storage {
+        case .lockFree(let ring):
+            return ring._withUnsafeGuaranteedRef { $0.pop(publishSequentiallyConsistent: isBounded) }
+        case .locked(let locked):
+            lock.lock()
+            defer { lock.unlock() }
+            return locked._withUnsafeGuaranteedRef { $0.ring.popFirst() }
+        }
+    }
+
+    /// Whether the consumer has something to read.
+    @inlinable
+    var hasElementsForConsumer: Bool {
+        switch storage {
+        case .lockFree(let ring):
+            return ring._withUnsafeGuaranteedRef { $0.hasElementsForConsumer }
+        case .locked(let locked):
+            lock.lock()
+            defer { lock.unlock() }
+            return locked._withUnsafeGuaranteedRef { !$0.ring.isEmpty }
+        }
+    }
+
+    /// A snapshot from any thread (tests, `finish`).
+    @inlinable
+    var isEmptyForObserver: Bool {
+        switch storage {
+        case .lockFree(let ring):
+            return ring._withUnsafeGuaranteedRef { $0.isEmptyForObserver }
+        case .locked(let locked):
+            lock.lock()
+            defer { lock.unlock() }
+            return locked._withUnsafeGuaranteedRef { $0.ring.isEmpty }
+        }
+    }
+
+    /// The locked form's elements, detached so that their deinitializers run
+    /// after `lock` is released. Call with `lock` held.
+    @inlinable
+    func takeAllLocked() -> RingBuffer<Element> {
+        guard case .locked(let locked) = storage else { return RingBuffer() }
+        return locked.takeUnretainedValue().ring.takeAll()
+    }
+
+    /// Drops everything, consumer side. The lock-free form needs the consumer
+    /// slot (or exclusive access); the locked form takes the lock.
+    @inlinable
+    func removeAllConsumerSide() {
+        switch storage {
+        case .lockFree(let ring):
+            ring._withUnsafeGuaranteedRef { $0.removeAll() }
+        case .locked:
+            lock.lock()
+            let discarded = takeAllLocked()
+            lock.unlock()
+            _ = consume discarded  // element deinitializers run unlocked
+        }
+    }
+}
