@@ -95,9 +95,46 @@ import Testing
         let sequence = BroadcastSequence(of: Int.self)
         let subscription = sequence.subscribe()
         sequence.send(1)
+        sequence.send(2)
         sequence.finish()
         #expect(sequence.subscriberCount == 1)
-        #expect(try await drain(subscription) == [1])
+        #expect(pollOne(subscription) == 1)
+        #expect(sequence.subscriberCount == 1)
+        // Taking the last element ends it: it leaves before its `nil`.
+        #expect(pollOne(subscription) == 2)
+        #expect(sequence.subscriberCount == 0)
+        #expect(try await drain(subscription) == [])
+    }
+
+    /// A subscriber that holds nothing when the sequence finishes has ended:
+    /// it leaves the count at once, iterated or not, parked or not.
+    @Test(arguments: [
+        BroadcastBufferingPolicy.unbounded, .bounded(2), .bufferingOldest(2), .bufferingNewest(2), .bufferingNewest(0),
+    ])
+    func idleSubscribersLeaveAtFinish(policy: BroadcastBufferingPolicy) async throws {
+        let sequence = BroadcastSequence(of: Int.self, throwing: TestError.self)
+        let parked = sequence.subscribe(bufferingPolicy: policy)
+        let holding = sequence.subscribe(bufferingPolicy: .unbounded)
+        let reader = Task { () -> Int? in
+            var iterator = parked.makeAsyncIterator()
+            return try await iterator.next()
+        }
+        try await waitUntil("reader parked") { parked.isConsumerWaiting }
+        sequence.send(7)
+        #expect(try await withDeadline("parked reader gets 7") { try await reader.value } == 7)
+        let neverIterated = sequence.subscribe(bufferingPolicy: policy)
+        #expect(sequence.subscriberCount == 3)
+        sequence.finish(throwing: TestError(code: 9))
+        #expect(sequence.subscriberCount == 1, "only the subscriber still holding an element counts")
+        for ended in [parked, neverIterated] {
+            guard case .failure(let error) = ended.poll() else {
+                Issue.record("an idle subscriber did not get the error first")
+                continue
+            }
+            #expect(error == TestError(code: 9))
+            guard case .end = ended.poll() else { Issue.record("no end after the error"); continue }
+        }
+        #expect(pollOne(holding) == 7)
         #expect(sequence.subscriberCount == 0)
     }
 }

@@ -1,34 +1,43 @@
 import Testing
-@_spi(Testing) import AsyncBroadcast
+@_spi(Testing) @testable import AsyncBroadcast
 
-/// Programmer errors trap with a message naming the argument.
+/// Programmer errors trap with a message that names the misuse. These exit
+/// tests run the debug build; `scripts/release-traps.sh` checks the same
+/// messages in a release (`-O`) build, where `precondition` would print
+/// nothing.
 @Suite struct MisuseTests {
     @Test func negativeReplayTraps() async {
-        await #expect(processExitsWith: .failure) {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             _ = BroadcastSequence(of: Int.self, replay: -1)
         }
+        expectMessage(result, "AsyncBroadcast misuse: replay must not be negative (got -1)")
     }
 
     @Test func boundedZeroTraps() async {
-        await #expect(processExitsWith: .failure) {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             _ = BroadcastSequence(of: Int.self, bufferingPolicy: .bounded(0))
         }
-        await #expect(processExitsWith: .failure) {
+        expectMessage(result, "AsyncBroadcast misuse: bufferingPolicy: .bounded capacity must be at least 1 (got 0)")
+        let subscribing = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             _ = BroadcastSequence(of: Int.self).subscribe(bufferingPolicy: .bounded(0))
         }
+        expectMessage(subscribing, "AsyncBroadcast misuse: subscribe(bufferingPolicy:): .bounded capacity must be at least 1 (got 0)")
     }
 
     @Test func negativeCapacityTraps() async {
-        await #expect(processExitsWith: .failure) {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             _ = BroadcastSequence(of: Int.self, bufferingPolicy: .bufferingNewest(-1))
         }
-        await #expect(processExitsWith: .failure) {
+        expectMessage(result, "AsyncBroadcast misuse: bufferingPolicy: .bufferingNewest capacity must not be negative (got -1)")
+        let subscribing = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             _ = BroadcastSequence(of: Int.self).subscribe(bufferingPolicy: .bufferingOldest(-2))
         }
+        expectMessage(subscribing, "AsyncBroadcast misuse: subscribe(bufferingPolicy:): .bufferingOldest capacity must not be negative (got -2)")
     }
 
-    @Test func concurrentNextOnOneSubscriptionTraps() async {
-        await #expect(processExitsWith: .failure) {
+    /// A second consumer while the first is parked.
+    @Test func concurrentNextWhileTheFirstIsParkedTraps() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             let sequence = BroadcastSequence(of: Int.self)
             let subscription = sequence.subscribe()
             let first = Task {
@@ -40,5 +49,44 @@ import Testing
             _ = await second.next()
             _ = await first.value
         }
+        expectMessage(result, "AsyncBroadcast misuse: concurrent next() calls on one Subscription")
     }
+
+    /// A second consumer while the first is inside `next()` but not parked
+    /// yet (held at its `Task.yield()` by a manual executor). A check made
+    /// only when parking lets this one through: it must trap on entry,
+    /// before it touches the buffer.
+    @Test func concurrentNextBeforeTheFirstParksTraps() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            let executor = ManualExecutor()
+            let sequence = BroadcastSequence(of: Int.self)
+            let subscription = sequence.subscribe()
+            let first = Task(executorPreference: executor) {
+                var iterator = subscription.makeAsyncIterator()
+                _ = await iterator.next()
+            }
+            executor.run(at: 0)  // polls, finds nothing, and yields: not parked
+            precondition(!subscription.isConsumerWaiting)
+            sequence.send(1)
+            _ = subscription.poll()  // the second consumer
+            _ = first
+        }
+        expectMessage(result, "AsyncBroadcast misuse: concurrent next() calls on one Subscription")
+    }
+
+    /// The storage's own guard: an `Effects` dropped without `run()` would
+    /// leave continuations suspended forever.
+    @Test func droppedEffectsTrap() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            _ = Effects<Int>(pool: nil)
+        }
+        expectMessage(result, "Effects dropped without run()")
+    }
+}
+
+func expectMessage(_ result: ExitTest.Result?, _ message: String,
+                   sourceLocation: SourceLocation = #_sourceLocation) {
+    guard let result else { return }  // the exit expectation already failed
+    let stderr = String(decoding: result.standardErrorContent, as: UTF8.self)
+    #expect(stderr.contains(message), "stderr lacks \"\(message)\":\n\(stderr.prefix(2000))", sourceLocation: sourceLocation)
 }
