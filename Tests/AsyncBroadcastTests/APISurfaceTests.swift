@@ -1,7 +1,7 @@
 import AsyncBroadcast
 import Testing
 
-/// Compiles every declaration of `shared/API.md` with its exact signature, so
+/// Compiles every declaration of the public contract with its exact signature, so
 /// a rename, a dropped default argument or a changed type fails the build.
 /// Each line is a typed reference or a call spelled as the contract spells it.
 @Suite struct APISurfaceTests {
@@ -20,7 +20,7 @@ import Testing
         result.isFinished = false
         requireSendableHashable(BroadcastSendResult.self)
 
-        // The initializers, spelled as API.md's usage line.
+        // The initializers, spelled as the contract's usage line.
         let a = BroadcastSequence<Int, Never>()
         let b = BroadcastSequence(of: Int.self)
         let c = BroadcastSequence(of: [UInt8].self, throwing: NetworkError.self, bufferingPolicy: .bounded(64))

@@ -1,7 +1,7 @@
 import Testing
 @_spi(Testing) @testable import AsyncBroadcast
 
-/// The patterns from the documents the product grew from (shared/seeds).
+/// The patterns the product grew from: UI and logger fan-out, one-shot readiness, error streams, listener bridging.
 @Suite struct SeedScenarioTests {
     @Test func twoSubscribersReceiveIdenticalValues() async throws {
         let channel = BroadcastSequence(of: String.self)

@@ -85,6 +85,12 @@ extension BroadcastSequence {
 
             /// Like ``next()``, but runs on `actor` without hopping off it:
             /// a `@MainActor` loop stays on the main actor.
+            ///
+            /// `for await` calls this method where the platform's
+            /// `AsyncIteratorProtocol` has it (macOS 15, iOS 18, tvOS 18,
+            /// watchOS 11, and Linux); on older Apple systems the loop calls
+            /// ``next()`` instead, which may resume off the actor. Calling
+            /// this method directly works on every supported system.
             @inlinable
             public mutating func next(isolation actor: isolated (any Actor)?) async throws(Failure) -> Element? {
                 try await subscription.core.next(isolation: actor, checkCancellation: shouldCheckCancellation())
