@@ -38,7 +38,7 @@ let package = Package(
         ),
         .executableTarget(
             name: "broadcast-stress",
-            dependencies: ["AsyncBroadcast"],
+            dependencies: ["AsyncBroadcast", "AsyncBroadcastTestSupport"],
             swiftSettings: [.swiftLanguageMode(.v6)]
         ),
         .testTarget(

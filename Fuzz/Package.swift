@@ -1,6 +1,7 @@
 // swift-tools-version:6.0
 // libFuzzer targets for AsyncBroadcast. Build and run through `./run.sh`
-// (it passes `--sanitize=fuzzer --sanitize=address`); see README.md.
+// (it passes the sanitizer flags and turns on the library's internal
+// invariant checks); see README.md.
 import Foundation
 import PackageDescription
 
@@ -31,7 +32,12 @@ let package = Package(
         ),
         .executableTarget(
             name: "fuzz-sched",
-            dependencies: ["FuzzKit", .product(name: "AsyncBroadcast", package: libraryPackage)],
+            dependencies: [
+                "FuzzKit",
+                .product(name: "AsyncBroadcast", package: libraryPackage),
+                // The shared deterministic executor (`ManualExecutor`).
+                .product(name: "AsyncBroadcastTestSupport", package: libraryPackage),
+            ],
             swiftSettings: fuzzerSettings
         ),
     ]

@@ -2,7 +2,8 @@
 # Proves the fuzz targets can fail: builds the library with each injected
 # fault and checks that the target meant to catch it reports a finding
 # (non-zero exit) within the budget. Prints PASS/FAIL per fault; exits
-# non-zero if any fault goes unnoticed.
+# non-zero if any fault goes unnoticed. The faults are defined in
+# Sources/AsyncBroadcast/Support/FaultInjection.swift.
 #
 #   Fuzz/fault-check.sh [SECONDS]     (budget per fault, default 60)
 set -uo pipefail

@@ -59,7 +59,13 @@ else
     work="artifacts"
 fi
 
-echo "== building fuzz-$target${fault:+ with fault $fault}" >&2
+# The library's internal invariant checks (`_checkInvariants()`, see
+# Sources/AsyncBroadcast/Support/InternalChecks.swift) are compiled in: the
+# root Package.swift adds -DASYNCBROADCAST_INTERNAL_CHECKS when this is set,
+# also when it is built as this package's path dependency.
+export ASYNCBROADCAST_INTERNAL_CHECKS=1
+
+echo "== building fuzz-$target${fault:+ with fault $fault} (internal checks on)" >&2
 swift build "${build_args[@]}" >&2
 binary="$scratch/release/fuzz-$target"
 

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Proves that broadcast-stress can fail: for each deliberate fault compiled
-# into AsyncBroadcast (-DASYNCBROADCAST_FAULT_<NAME>), builds broadcast-stress
+# into AsyncBroadcast (-DASYNCBROADCAST_FAULT_<NAME>, all defined in
+# Sources/AsyncBroadcast/Support/FaultInjection.swift), builds broadcast-stress
 # in release with it and asserts that a short stress run reports a failure
 # (non-zero exit). Also runs the unfaulted build as a control, which must
 # pass (a checker that always fails proves nothing either).
 #
-#   bash scripts/stress-faults.sh                   # the three faults below
+#   bash scripts/stress-faults.sh                   # the four faults below
 #   bash scripts/stress-faults.sh DROP_EMIT         # any fault names
 #
 # Environment: STRESS_FAULT_SECONDS (budget per run, default 20),
@@ -21,7 +22,7 @@ deadline=${STRESS_FAULT_DEADLINE:-10}
 seed_args=()
 [[ -n "${STRESS_SEED:-}" ]] && seed_args=(--seed "$STRESS_SEED")
 faults=("$@")
-[[ ${#faults[@]} -eq 0 ]] && faults=(SKIP_WAKE LEAK_SUBSCRIBER MISCOUNT_EVICTION)
+[[ ${#faults[@]} -eq 0 ]] && faults=(SKIP_WAKE LEAK_SUBSCRIBER MISCOUNT_EVICTION DROP_EMIT)
 # Generous outer bound: the stress tool enforces its own deadline and exits.
 hard_limit=$(( budget + 3 * deadline + 60 ))
 

@@ -66,6 +66,11 @@ enum Consumer {
                     break reading
                 case .cancelOwnTaskAfter(let n) where count >= n:
                     left = true
+                    // Every call so far returned an element: `count` calls.
+                    // The iterator reads the flag on calls 0, 32, 64, ...; the
+                    // subscriber then ends as with cancel() (nil, buffer
+                    // discarded). The checker bounds what arrives meanwhile.
+                    record.ownTaskCancelledAfter = count
                     withUnsafeCurrentTask { $0?.cancel() }
                 default:
                     break

@@ -1,3 +1,5 @@
+import AsyncBroadcastTestSupport
+
 /// Counts how often the interesting races actually happened, so a passing
 /// run shows what it exercised (printed at the end).
 enum Coverage {

@@ -23,13 +23,24 @@ import AsyncBroadcast
 //   many operations of each producer have *returned* (`completedBefore[p]`),
 //   just after it returns how many have *started* (`startedAfter[p]`).
 //   An element (p, i) with i < completedBefore[p] took effect before the
-//   subscription: the subscriber must never see it. One with
-//   i >= startedAfter[p] took effect after: the subscriber was registered
-//   for it. Between the two the operation raced the subscription: no claim.
-//   Subscribers that join before sending have exact brackets (all zero).
+//   subscription; one with i >= startedAfter[p] took effect after: the
+//   subscriber was registered for it. Between the two the operation raced
+//   the subscription. So the subscriber registered at a position r of W with
+//   rLow <= r <= rHigh: rLow is just past the last element of W that took
+//   effect before, rHigh the first that took effect after. Subscribers that
+//   join before sending have exact brackets (all zero: r = 0).
+// - Replay (`replay: k`): a new subscriber first gets the whole window,
+//   W[max(0, r - k) ..< r], whatever its policy (a smaller capacity, even 0,
+//   does not cut it, and nothing counts as dropped for it); its policy
+//   governs what is sent afterwards. One that subscribes after finish is
+//   never registered: it gets the last k elements of W, then the end.
 // - "Lives through": planned to stay (no cancel(), no task cancellation, no
 //   dropped iterator). Such a subscriber is registered from its subscribe
 //   until finish, and ends only by draining after finish.
+// - Leaving: cancel(), a dropped iterator and task cancellation (once
+//   noticed) all end the subscriber the same way: it leaves at once and what
+//   it held is discarded (neither received nor dropped). So a subscriber that
+//   left is only bounded from above below.
 //
 // Checked every round
 // 1. Operations: a plain `emit` (task never cancelled) never throws. A result
@@ -39,29 +50,32 @@ import AsyncBroadcast
 // 2. The witness receives exactly D: nothing missing, nothing extra.
 // 3. Per subscriber, per producer: sequence numbers strictly increase (in
 //    order, no duplicates). Every received element is in D (a cancelled emit
-//    or an `isFinished` send reached nobody); none precedes the subscription
-//    (i >= completedBefore[p]); a subscriber that joined after a finish was
-//    observed receives nothing. Payload contents match the element's key.
+//    or an `isFinished` send reached nobody). The first element received is
+//    at position >= max(0, rLow - k) of W (nothing that had left the replay
+//    window before subscribe() was called). A subscriber that joined after a
+//    finish was observed receives exactly the last k elements of W (a prefix
+//    of them if it left before the end). Payload contents match the key.
 // 4. Common order: every subscriber's elements appear in W in the same
 //    relative order (strictly increasing positions in W).
 // 5. `.unbounded`/`.bounded` never drop: `droppedCount == 0`, and what a
-//    subscriber received is one contiguous run of W (a cancel()/dropped
-//    iterator cuts it short, task cancellation drains what was buffered; a
-//    gap is a loss). Before the first element received, W may only hold
-//    elements not required to reach it (i < startedAfter[p]). If it lives
-//    through, the run ends at the end of W (it loses nothing).
+//    subscriber received is one contiguous run of W (leaving cuts it short;
+//    a gap is a loss). Its first element is the head of the replay window
+//    or, with nothing replayed, the first element sent after it subscribed:
+//    position <= max(0, rHigh - k) (also for `.bufferingOldest(n > 0)`, and
+//    for capacity 0 when the window is certainly not empty). If it lives
+//    through, the run ends at the end of W (it loses nothing), and it
+//    receives something whenever the window or later sends owe it anything.
 //    Together with 2, this is "every delivered emit reached every bounded
 //    subscriber that lived through it".
-// 6. Dropping policies: received + droppedCount accounts for every element
-//    offered. Offered elements are bounded by the bracket:
-//       lo = #{W : i >= startedAfter[p]} <= offered <= hi = #{W : i >= completedBefore[p]}
-//    For subscribers that live through, lo <= received + dropped <= hi; this
-//    is EXACT (lo == hi == |W|) for subscribers that joined before sending,
-//    and a range for late joiners whose subscribe raced operations. For
-//    subscribers that left, only received + dropped <= hi (the buffer freed
-//    by cancel() was neither received nor dropped). `droppedCount` is read
-//    after the subscriber ended; consumers that hold only an iterator
-//    (dropped-iterator plans, in-consumer joins) have no reading.
+// 6. Dropping policies: received + droppedCount accounts for the replay
+//    window and every element offered afterwards: min(k, r) + |W| - r, which
+//    does not grow with r, so
+//       lo = min(k, rHigh) + |W| - rHigh <= received + dropped <= hi = min(k, rLow) + |W| - rLow
+//    for subscribers that live through (EXACT, |W|, for subscribers that
+//    joined before sending), and only <= hi for subscribers that left (what
+//    they held was discarded). `droppedCount` is read after the subscriber
+//    ended; consumers that hold only an iterator (dropped-iterator plans,
+//    in-consumer joins) have no reading.
 // 7. Drop totals: the `dropped` counts of all results add up to the sum of
 //    all subscribers' `droppedCount` (each drop or eviction is counted once
 //    in both). Exact when every dropping subscriber's count was read (see
@@ -76,12 +90,23 @@ import AsyncBroadcast
 //    dropped), the error of a finish(throwing:) if only those ran, and any
 //    one outcome if both raced. After the error, next() returns nil; after
 //    nil, nil again; after cancel(), nil at once.
+// 10. Task cancellation: a consumer that cancels its own task after n calls
+//    of next() (each returned an element) gets at most (32 - n % 32) % 32
+//    more elements: the iterator reads the flag on calls 0, 32, 64, ..., and
+//    a call that would wait notices at once; the call that reads the flag
+//    returns nil, never the sequence's error. Checked only for a subscriber
+//    certainly registered (made before finish: one made after ignores its
+//    task's cancellation).
 // Checked by the round runner (see RoundRunner)
 // - Liveness: every task ends before the deadline (watchdog); after the
 //   producers end (and before finish), every subscriber that joined before
 //   sending and lives through catches up: received (+ droppedCount) reaches |D|.
-// - `subscriberCount` equals the early subscribers before sending and is 0
-//   after the round; `isFinished` is true after the round.
+// - `subscriberCount` equals the early subscribers before sending. When
+//   finish comes after the producers and every early subscriber that lives
+//   through has caught up (its buffer is empty), those leave at finish: right
+//   after finish returns, the count is at most the number of the others. It
+//   is 0 as soon as every consumer task has ended (no lag), and `isFinished`
+//   is true after the round.
 // - Leaks: live `Payload`s are back to 0 and the sequence is deallocated once
 //   the round dropped every reference.
 
@@ -222,12 +247,6 @@ enum InvariantChecker {
             if let dropped = record.droppedCount { knownDropped += dropped } else if record.policy.mayDrop { allDroppedKnown = false }
             guard let join = record.join else { continue }
 
-            if join.afterFinish && !record.received.isEmpty {
-                out.add("finish", "\(name) subscribed after a finish returned but received \(keys(record.received))")
-            }
-            if let early = record.received.first(where: { !mayReach($0, join) }) {
-                out.add("subscribe", "\(name) received \(Item.describe(early)), whose send returned before subscribe() was called")
-            }
             // 4. Common order.
             let positions = record.received.compactMap { position[$0] }
             guard positions.count == record.received.count else { continue }  // reported above
@@ -236,32 +255,94 @@ enum InvariantChecker {
                 continue
             }
 
+            // 10. Task cancellation (own task: the harness knows the call).
+            // Only for a subscriber certainly registered: an element started
+            // after its subscribe() returned was delivered, so the sequence
+            // had not finished. (One made after finish ignores its task's
+            // cancellation and yields the whole replay window.)
+            if let cancelledAt = record.ownTaskCancelledAfter,
+               order.contains(where: { mustReach($0, join) }) {
+                let unchecked = (32 - cancelledAt % 32) % 32  // calls before the next look at the flag
+                let after = record.received.count - cancelledAt
+                if after > unchecked {
+                    out.add("task cancellation", "\(name) received \(after) elements after cancelling its own task after \(cancelledAt) calls of next(); the flag is read by call \(cancelledAt + unchecked), so at most \(unchecked)")
+                } else if after == unchecked, case .error = record.end {
+                    out.add("task cancellation", "\(name) cancelled its own task after \(cancelledAt) calls; call \(cancelledAt + unchecked) of next() reads the flag and must return nil, but it threw")
+                }
+            }
+
+            // 3. + replay. A subscriber that joined after a finish gets
+            // exactly the replay window, which is then the last k of W.
+            if join.afterFinish {
+                let window = Array(order.suffix(plan.replay))
+                // It ignores its task's cancellation, but a cancel() by a
+                // producer (nil at once) or by itself cuts the window short.
+                var readToEnd: Bool
+                switch record.end {
+                case .end, .error: readToEnd = true
+                default: readToEnd = false
+                }
+                if case .externalCancel = subscriber.leave { readToEnd = false }
+                if record.received.count > window.count || Array(window.prefix(record.received.count)) != record.received
+                    || (readToEnd && record.received.count != window.count) {
+                    out.add("replay", "\(name) subscribed after a finish returned, so it gets exactly the replay window (\(readToEnd ? "" : "a prefix of ")\(keys(window))), but received \(keys(record.received))")
+                }
+                continue
+            }
+
+            // Where it registered in W: after every element that returned
+            // before subscribe() was called (rLow), before every element that
+            // started after it returned (rHigh). Replay gives it
+            // W[max(0, r - k) ..< r] first, whatever its policy.
+            let replay = plan.replay
+            let rLow = (order.lastIndex(where: { !mayReach($0, join) }) ?? -1) + 1
+            let rHigh = order.firstIndex(where: { mustReach($0, join) }) ?? order.count
+            if rLow > rHigh {
+                out.add("subscribe", "\(name): the witness received \(Item.describe(order[rHigh])) (started after subscribe() returned) before \(Item.describe(order[rLow - 1])) (returned before subscribe() was called)")
+                continue
+            }
+            let firstLow = max(0, rLow - replay), firstHigh = max(0, rHigh - replay)
+            if let first = positions.first, first < firstLow {
+                out.add("subscribe", "\(name) received \(Item.describe(order[first])), which had left the replay window (k = \(replay)) before subscribe() was called")
+            }
+            // The first element read is the head of the replay window, or
+            // the first element sent after subscribing, unless the policy
+            // may drop it: capacity 0 with nothing replayed, or an eviction.
+            let firstIsExact: Bool
+            switch record.policy {
+            case .unbounded, .bounded, .bufferingOldest(1...): firstIsExact = true
+            case .bufferingOldest, .bufferingNewest(0): firstIsExact = replay > 0 && rLow > 0  // the window is not empty
+            case .bufferingNewest: firstIsExact = false
+            }
+            if firstIsExact, let first = positions.first, first > firstHigh {
+                out.add("no loss", "\(name) missed \(keys(order[firstHigh..<first])) (replayed or sent after it subscribed) before its first element \(Item.describe(order[first]))")
+            }
+
             if !record.policy.mayDrop {
                 // 5. Never drops: a contiguous run of W.
                 if let dropped = record.droppedCount, dropped != 0 {
                     out.add("droppedCount", "\(name): \(record.policy.short) never drops but droppedCount is \(dropped)")
                 }
-                if let first = positions.first {
+                if !positions.isEmpty {
                     if let gap = zip(positions, positions.dropFirst()).first(where: { $1 != $0 + 1 }) {
                         out.add("no loss", "\(name) lost \(keys(order[(gap.0 + 1)..<gap.1])) between \(Item.describe(order[gap.0])) and \(Item.describe(order[gap.1]))")
-                    }
-                    if let skipped = order[..<first].first(where: { mustReach($0, join) }) {
-                        out.add("no loss", "\(name) missed \(Item.describe(skipped)), sent after it subscribed, before its first element \(Item.describe(order[first]))")
                     }
                     if subscriber.livesThrough, let lastPosition = positions.last, lastPosition != order.count - 1 {
                         out.add("no loss", "\(name) lost its tail: last received \(Item.describe(order[lastPosition])), then \(keys(order[(lastPosition + 1)...])) never arrived")
                     }
-                } else if subscriber.livesThrough, let owed = order.first(where: { mustReach($0, join) }) {
-                    out.add("no loss", "\(name) received nothing, though \(Item.describe(owed)) and later were sent after it subscribed")
+                } else if subscriber.livesThrough, firstHigh < order.count {
+                    out.add("no loss", "\(name) received nothing, though \(keys(order[firstHigh...])) were replayed to it or sent after it subscribed")
                 }
             } else if let dropped = record.droppedCount {
-                // 6. Dropping policies: received + dropped accounts for every element offered.
-                let high = order.reduce(0) { $0 + (mayReach($1, join) ? 1 : 0) }
-                let low = order.reduce(0) { $0 + (mustReach($1, join) ? 1 : 0) }
+                // 6. Dropping policies: received + dropped accounts for the
+                // replay window and every element offered afterwards:
+                // min(k, r) + |W| - r, which does not grow with r.
+                func accounted(_ r: Int) -> Int { min(replay, r) + order.count - r }
+                let low = accounted(rHigh), high = accounted(rLow)
                 let total = record.received.count + dropped
                 let bound = low == high ? "exactly \(low)" : "between \(low) and \(high)"
                 if subscriber.livesThrough ? (total < low || total > high) : total > high {
-                    out.add("drop accounting", "\(name): received \(record.received.count) + droppedCount \(dropped) = \(total), but \(subscriber.livesThrough ? bound : "at most \(high)") elements were offered to it")
+                    out.add("drop accounting", "\(name): received \(record.received.count) + droppedCount \(dropped) = \(total), but \(subscriber.livesThrough ? bound : "at most \(high)") elements were replayed or offered to it")
                 }
             }
         }

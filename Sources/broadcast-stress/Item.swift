@@ -1,4 +1,5 @@
 import AsyncBroadcast
+import AsyncBroadcastTestSupport
 
 /// Live `Payload` instances: must be back to 0 after every round.
 enum LiveObjects {

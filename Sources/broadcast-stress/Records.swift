@@ -59,6 +59,9 @@ struct ConsumerRecord: Sendable {
     var droppedCount: Int?
     /// Problems the consumer saw itself (corrupt payload, element after end...).
     var notes: [String] = []
+    /// The consumer cancelled its own task after this many calls of
+    /// `next()` on its iterator (`cancelOwnTaskAfter`).
+    var ownTaskCancelledAfter: Int?
 }
 
 enum OpOutcome: Sendable {

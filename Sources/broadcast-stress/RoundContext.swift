@@ -1,4 +1,5 @@
 @_spi(Testing) import AsyncBroadcast
+import AsyncBroadcastTestSupport
 
 /// What every task and thread of one round shares.
 final class RoundContext: Sendable {

@@ -162,6 +162,9 @@ extension BroadcastBufferingPolicy {
 struct RoundPlan: Sendable {
     let seed: UInt64
     let defaultPolicy: BroadcastBufferingPolicy
+    /// The sequence's `replay:`: late subscribers start with the last
+    /// `replay` delivered elements, whatever their policy.
+    let replay: Int
     let producers: [ProducerPlan]
     /// Index 0 is the witness; ids equal indices.
     let subscribers: [SubscriberPlan]
@@ -306,7 +309,9 @@ struct RoundPlan: Sendable {
                 if let spot { attach(.finish(finisher: id), at: spot) }
             }
         }
-        return RoundPlan(seed: seed, defaultPolicy: defaultPolicy, producers: producers,
+        // Drawn last, so the rest of a round's plan does not depend on it.
+        let replay = [0, 1, 2, 3, 8, 64][rng.weighted([45, 15, 10, 10, 10, 10])]
+        return RoundPlan(seed: seed, defaultPolicy: defaultPolicy, replay: replay, producers: producers,
                          subscribers: subscribers, finishMode: finishMode, finishers: finishers)
     }
 
@@ -324,13 +329,13 @@ struct RoundPlan: Sendable {
         let finish = finishers.map(\.kind.description).joined(separator: ",")
         return "P=\(producers.count) (\(threads) thread, \(emitters) emit, \(cancellers) cancel-emit) "
             + "ops=\(totalOps) S=\(subscribers.count - 1)+witness (\(late) late, \(inConsumer) in-consumer, \(leaving) leave) "
-            + "default=\(defaultPolicy.short) finish=\(finishMode)\(finish.isEmpty ? "" : "[\(finish)]")"
+            + "default=\(defaultPolicy.short) replay=\(replay) finish=\(finishMode)\(finish.isEmpty ? "" : "[\(finish)]")"
     }
 
     /// Full parameters, one item a line, for failure reports.
     var details: [String] {
         var lines: [String] = []
-        lines.append("default policy \(defaultPolicy.short), finish mode \(finishMode)")
+        lines.append("default policy \(defaultPolicy.short), replay \(replay), finish mode \(finishMode)")
         for producer in producers {
             let actions = producer.actions.keys.sorted().map { op in
                 "\(op):" + producer.actions[op]!.map { action -> String in

@@ -16,7 +16,7 @@ enum RoundRunner {
         let start = monotonicSeconds()
         var violations: [Violation] = []
 
-        var sequence: Stream? = Stream(bufferingPolicy: plan.defaultPolicy)
+        var sequence: Stream? = Stream(bufferingPolicy: plan.defaultPolicy, replay: plan.replay)
         weak let weakSequence = sequence
         let holder = SequenceHolder(sequence!)
         let context = RoundContext(plan: plan, holder: holder)
@@ -53,8 +53,22 @@ enum RoundRunner {
 
         switch plan.finishMode {
         case .afterProducers:
-            violations += await quiesce(context, producers: producers, timeout: options.deadline * 0.5)
+            let behind = await quiesce(context, producers: producers, timeout: options.deadline * 0.5)
+            violations += behind
             for finisher in plan.finishers { context.startFinisher(finisher.id, sequence: sequence!) }
+            if behind.isEmpty {
+                // Every early subscriber that lives through has caught up:
+                // its buffer is empty, so it leaves at finish, at once (one
+                // that still holds elements leaves when it takes the last).
+                await context.awaitFinishers()
+                let idle = context.slots.filter { $0.plan.joinsBeforeSending && $0.plan.livesThrough }.count
+                let bound = context.slots.count - idle
+                let count = sequence!.subscriberCount
+                if count > bound {
+                    violations.append(Violation(invariant: "subscriberCount", detail: "\(count) right after finish returned; \(idle) of the \(context.slots.count) subscribers had drained everything (they leave at finish), so at most \(bound)"))
+                }
+                Coverage.add("finish:idle-subscribers-left", idle)
+            }
         case .racing:
             break  // the producers ran the finishers
         case .dropReference:
@@ -73,9 +87,12 @@ enum RoundRunner {
             if !sequence.isFinished {
                 violations.append(Violation(invariant: "isFinished", detail: "false after the round finished"))
             }
-            let count = await settle { sequence.subscriberCount }
+            // A subscriber leaves at once when it ends (nil, error, cancel(),
+            // release, task cancellation noticed): no lag is allowed.
+            let count = sequence.subscriberCount
             if count != 0 {
-                violations.append(Violation(invariant: "subscriberCount", detail: "\(count) after every subscriber ended (expected 0)"))
+                let settled = await settle { sequence.subscriberCount }
+                violations.append(Violation(invariant: "subscriberCount", detail: "\(count) after every subscriber ended (expected 0 at once; \(settled) a second later)"))
             }
         } else if weakSequence != nil {
             violations.append(Violation(invariant: "leak", detail: "the sequence outlived its last reference"))

@@ -1,3 +1,5 @@
+import AsyncBroadcastTestSupport
+
 /// The round's strong reference to the sequence, shared by producers and
 /// in-consumer joiners without capturing the sequence in long-lived closures,
 /// so that dropping the last reference is under the harness's control.

@@ -1,4 +1,5 @@
 @_spi(Testing) import AsyncBroadcast
+import AsyncBroadcastTestSupport
 
 /// One subscriber's shared state during a round: its join bracket, consumer
 /// task, live progress (for quiescence and the watchdog), and final record.

@@ -1,3 +1,5 @@
+import AsyncBroadcastTestSupport
+
 /// Enforces the per-round deadline from a raw OS thread (the cooperative
 /// pool may be the thing that is stuck).
 ///

@@ -8,9 +8,11 @@ import AsyncBroadcast
 // A reference model of one BroadcastSequence, written for clarity: plain
 // arrays and counters, no rings, no atomics. Elements are payload ids.
 //
-// It follows API.md and the doc comments. Where the contract leaves a
-// choice to the implementation and the choice is observable, the model
-// makes the same choice and says so ("implementation choice").
+// It follows the contract (see the DocC catalog
+// Sources/AsyncBroadcast/AsyncBroadcast.docc/Semantics.md) and the doc
+// comments. Where the contract leaves a choice to the implementation and the
+// choice is observable, the model makes the same choice and says so
+// ("implementation choice").
 
 /// The sequence's terminal event.
 public enum ModelTerminal: Equatable, CustomStringConvertible {
@@ -27,39 +29,20 @@ public enum ModelTerminal: Equatable, CustomStringConvertible {
 
 /// A subscriber's terminal state.
 public enum SubTerminal: Equatable, CustomStringConvertible {
-    /// The sequence finished: drain, then end.
+    /// The sequence finished (or the subscriber was created from a cancelled
+    /// task): drain, then end.
     case finished
     /// The sequence failed: drain, throw once, then end.
     case failed(Int)
-    /// The consuming task was cancelled: drain, then end (never an error).
-    case cancelled
-    /// The end was delivered, or `cancel()` was called.
+    /// The end was delivered, or the subscriber was cancelled (`cancel()`,
+    /// release, or its consuming task's cancellation).
     case ended
 
     public var description: String {
         switch self {
         case .finished: return "finished"
         case .failed(let code): return "failed(\(code))"
-        case .cancelled: return "cancelled"
         case .ended: return "ended"
-        }
-    }
-}
-
-/// What a parked consumer is resumed with (see `SubscriberCore`).
-public enum ModelWake: Equatable, CustomStringConvertible {
-    /// Handed straight to the parked reader (subscribers with a locked ring).
-    case element(Int)
-    /// Look again: a lock-free buffer got an element, the end, or `cancel()`.
-    case retry
-    /// The reader's task was cancelled.
-    case cancelled
-
-    public var description: String {
-        switch self {
-        case .element(let id): return "element(\(id))"
-        case .retry: return "retry"
-        case .cancelled: return "cancelled"
         }
     }
 }
@@ -91,25 +74,40 @@ public enum ReadResult: Equatable, CustomStringConvertible {
 public final class ModelSubscriber: CustomStringConvertible {
     public let name: String
     public let policy: BroadcastBufferingPolicy
-    /// Implementation choice, observable through counts: `.bufferingNewest`
-    /// and `.bufferingOldest(0)` hand an element straight to a parked
-    /// reader (it is then in flight, not buffered); the other policies
-    /// buffer it and wake the reader to look.
-    public let handsOffToParkedReader: Bool
+    /// Implementation choice, observable through live payloads: the buffer of
+    /// `.unbounded`, `.bounded` and `.bufferingOldest(n > 0)` is lock-free
+    /// and only its consumer frees it; `cancel()` while a reader holds the
+    /// consumer slot (suspended inside `next()`) leaves the elements to that
+    /// reader, which frees them when it runs again. The other policies
+    /// (`.bufferingNewest`, capacity 0) free their buffer inside `cancel()`.
+    public let isLockFree: Bool
     public var buffer: [Int] = []
+    /// Elements of a cancelled lock-free buffer that its consumer (holding
+    /// the slot) has not freed yet: still alive, never read.
+    public var awaitingFree: [Int] = []
     public var dropped = 0
     public var registered = false
     public var terminal: SubTerminal?
+    /// `cancel()` ran (explicitly, by release, or by the reader noticing its
+    /// task's cancellation).
+    public var cancelled = false
+    /// Subscribed from a cancelled task or after finish: never registered,
+    /// it yields the replay window (and the terminal event) whatever its
+    /// consuming task's state.
+    public var ignoresTaskCancellation = false
     /// The consuming task was cancelled while inside the wait (or entered
-    /// it cancelled): no element reaches this subscriber any more, and the
-    /// next wait ends at once. Implementation choice: the cancellation
-    /// handler takes no lock, so the subscriber leaves the registry only
-    /// when its reader runs again.
+    /// it cancelled): no element reaches this subscriber any more, and its
+    /// reader ends it as soon as it runs. Implementation choice: the
+    /// cancellation handler takes no lock, so the subscriber leaves the
+    /// registry only when its reader runs again.
     public var tombstone = false
-    /// A reader is suspended in `next()`.
+    /// A reader is suspended in `next()` (parked).
     public var parked = false
-    /// A suspended reader was resumed with this and has not run yet.
-    public var wake: ModelWake?
+    /// A parked reader was resumed and has not run yet.
+    public var woken = false
+    /// A reader holds the consumer slot: it is suspended inside `next()`
+    /// (yielding, parked, or resumed and not yet run).
+    public var consumerBusy = false
     /// References that keep the `Subscription` alive (the driver's slot,
     /// a reading task). At 0 it is released, which cancels it.
     public var holders = 0
@@ -117,18 +115,14 @@ public final class ModelSubscriber: CustomStringConvertible {
     /// emit leaves a `.bounded` subscriber at its capacity or above, never
     /// by replay).
     public var markedFull = false
-    /// The task reading this subscriber now was cancelled (set by the
-    /// scheduling target), and the sequence failed after that.
-    public var readerTaskCancelled = false
-    public var failedAfterReaderCancelled = false
 
     init(name: String, policy: BroadcastBufferingPolicy) {
         self.name = name
         self.policy = policy
         switch policy {
-        case .bufferingNewest: handsOffToParkedReader = true
-        case .bufferingOldest(let n): handsOffToParkedReader = n == 0
-        case .unbounded, .bounded: handsOffToParkedReader = false
+        case .unbounded, .bounded: isLockFree = true
+        case .bufferingOldest(let n): isLockFree = n > 0
+        case .bufferingNewest: isLockFree = false
         }
     }
 
@@ -141,9 +135,13 @@ public final class ModelSubscriber: CustomStringConvertible {
         var s = "\(name) \(describe(policy)) buffer=\(buffer) dropped=\(dropped)"
         s += registered ? " registered" : " unregistered"
         if let terminal { s += " terminal=\(terminal)" }
+        if cancelled { s += " cancelled" }
+        if !awaitingFree.isEmpty { s += " awaitingFree=\(awaitingFree)" }
+        if ignoresTaskCancellation { s += " ignoresTaskCancellation" }
         if tombstone { s += " tombstone" }
         if parked { s += " parked" }
-        if let wake { s += " wake=\(wake)" }
+        if woken { s += " woken" }
+        if consumerBusy { s += " consumerBusy" }
         return s
     }
 }
@@ -168,27 +166,27 @@ public final class ModelEmit {
 
 /// Library bugs the fuzzers found. All are fixed, so by default the model
 /// checks the contract for each. `FUZZ_STRICT=none` makes it expect the old
-/// (buggy) behaviour instead, to fuzz an older library; `FUZZ_STRICT=name,name`
-/// checks only the named ones strictly.
+/// (buggy) behaviour instead where the model can still express it
+/// (replay-overfill, stale-tombstone); `FUZZ_STRICT=name,name` checks only
+/// the named ones strictly.
 public enum KnownBugs {
     static let strict: [String]? = getenv("FUZZ_STRICT").map {
         String(cString: $0).split(separator: ",").map(String.init)
     }
     public static let replayOverfill = isTolerated("replay-overfill")
-    public static let cancelledReaderThrows = isTolerated("cancelled-reader-throws")
     public static let staleTombstone = isTolerated("stale-tombstone")
 
     static func isTolerated(_ name: String) -> Bool {
-        // All three were fixed in the library; they stay listed so an
-        // older library can still be fuzzed with FUZZ_STRICT=none.
+        // All were fixed in the library; they stay listed so an older
+        // library can still be fuzzed with FUZZ_STRICT=none.
         guard let strict, !strict.contains("none") else { return strict == nil ? false : true }
         return !(strict.contains(name) || strict.contains("1") || strict.contains("all"))
     }
 
     public static let list = [
-        "replay-overfill: a .bounded(n) subscriber that replay filled to n or more does not make emit wait (API.md: emit waits while a .bounded subscriber holds n or more)",
-        "cancelled-reader-throws: a reader whose task was cancelled while in next() throws the error of a finish(throwing:) that came after the cancellation, before the reader ran (README: a cancelled consuming task gets nil, never an error)",
-        "stale-tombstone: a reader task cancelled after it was resumed but before it ran leaves its subscriber registered (subscriberCount) while every later send skips it (neither delivered nor dropped), until next() is called again (API.md: an ended subscriber is removed promptly)",
+        "replay-overfill: a .bounded(n) subscriber that replay filled to n or more does not make emit wait (the contract: emit waits while a .bounded subscriber holds n or more, however it got them)",
+        "cancelled-reader-throws: a reader whose task was cancelled while in next() throws the error of a finish(throwing:) that came after the cancellation, before the reader ran (the contract: a cancelled consumer gets nil, never an error; always checked)",
+        "stale-tombstone: a reader task cancelled after it was resumed but before it ran leaves its subscriber registered (subscriberCount) while every later send skips it (neither delivered nor dropped), until next() is called again (the contract: an ended subscriber leaves at once)",
     ]
 }
 
@@ -201,8 +199,6 @@ public final class BroadcastModel {
     public var subscribers: [ModelSubscriber] = []
     /// Waiting emitters, in arrival order.
     public var emitQueue: [ModelEmit] = []
-    /// Elements released by the library; if an id shows up in a read later,
-    /// something kept a freed element.
     public var nextPayload = 1
 
     public init(defaultPolicy: BroadcastBufferingPolicy, replay: Int) {
@@ -219,17 +215,20 @@ public final class BroadcastModel {
 
     // MARK: Subscribing
 
+    /// A new subscriber gets the whole replay window whatever its policy
+    /// (nothing counts as dropped); the policy governs later sends, and a
+    /// subscriber holding its capacity or more counts as full.
     public func subscribe(name: String, policy: BroadcastBufferingPolicy?, fromCancelledTask: Bool = false) -> ModelSubscriber {
         let subscriber = ModelSubscriber(name: name, policy: policy ?? defaultPolicy)
         subscribers.append(subscriber)
-        // Replay goes through the policy like a send (drops are counted);
-        // nobody is parked on a new subscriber.
-        for id in replay { _ = offer(id, to: subscriber) }
-        subscriber.markedFull = false  // the library ignores replay's outcome (known bug replay-overfill)
+        subscriber.buffer = replay
+        subscriber.markedFull = false  // the library ignored replay's outcome (known bug replay-overfill)
         if let terminal {
             subscriber.terminal = terminal == .finished ? .finished : .failed(terminal.code)
+            subscriber.ignoresTaskCancellation = true
         } else if fromCancelledTask {
-            subscriber.terminal = .cancelled
+            subscriber.terminal = .finished  // the replay window, then nil
+            subscriber.ignoresTaskCancellation = true
         } else {
             subscriber.registered = true
         }
@@ -241,15 +240,7 @@ public final class BroadcastModel {
     public enum Offer { case delivered, deliveredEvicting, dropped, skipped }
 
     func offer(_ id: Int, to s: ModelSubscriber) -> Offer {
-        if s.tombstone { return .skipped }
-        if s.handsOffToParkedReader {
-            if s.terminal != nil { return .skipped }
-            if s.parked {
-                s.parked = false
-                s.wake = .element(id)
-                return .delivered
-            }
-        }
+        if s.tombstone { return .skipped }  // its reader is about to end it
         switch s.policy {
         case .unbounded:
             s.buffer.append(id)
@@ -259,6 +250,11 @@ public final class BroadcastModel {
             if s.buffer.count >= n { s.markedFull = true }
             return .delivered
         case .bufferingOldest(let n):
+            // Capacity 0: only a reader waiting with an empty buffer takes it.
+            if n == 0 && s.parked && s.buffer.isEmpty {
+                s.buffer.append(id)
+                return .delivered
+            }
             if s.buffer.count >= n {  // includes n == 0 with no reader waiting
                 s.dropped += 1
                 return .dropped
@@ -266,11 +262,15 @@ public final class BroadcastModel {
             s.buffer.append(id)
             return .delivered
         case .bufferingNewest(let n):
+            if s.parked && s.buffer.isEmpty {  // a reader waits: it gets the element
+                s.buffer.append(id)
+                return .delivered
+            }
             if n == 0 {
                 s.dropped += 1
                 return .dropped
             }
-            if s.buffer.count >= n {
+            if s.buffer.count >= n {  // full, or over-filled by replay
                 s.buffer.removeFirst()
                 s.dropped += 1
                 s.buffer.append(id)
@@ -281,7 +281,9 @@ public final class BroadcastModel {
         }
     }
 
-    /// Hands `id` to every registered subscriber.
+    /// Hands `id` to every registered subscriber, then wakes every parked
+    /// reader (the element is in its buffer; the continuation carries no
+    /// payload).
     func deliver(_ id: Int) -> BroadcastSendResult {
         var result = BroadcastSendResult()
         for s in subscribers where s.registered {
@@ -292,16 +294,17 @@ public final class BroadcastModel {
             case .skipped: break
             }
         }
-        // Parked readers of buffering subscribers are woken to look.
-        for s in subscribers where s.registered && s.parked && !s.handsOffToParkedReader {
-            s.parked = false
-            s.wake = .retry
-        }
+        for s in subscribers where s.registered && s.parked { wake(s) }
         if replayLimit > 0 {
             if replay.count == replayLimit { replay.removeFirst() }
             replay.append(id)
         }
         return result
+    }
+
+    func wake(_ s: ModelSubscriber) {
+        s.parked = false
+        s.woken = true
     }
 
     public func send(_ id: Int) -> BroadcastSendResult {
@@ -356,21 +359,18 @@ public final class BroadcastModel {
 
     // MARK: Finishing
 
+    /// A registered subscriber whose buffer is empty leaves at once; one
+    /// that holds elements leaves when its consumer takes the last one.
     public func finish(_ event: ModelTerminal) {
         guard terminal == nil else { return }
         terminal = event
-        for s in subscribers where s.registered {
-            if s.terminal == nil {
-                s.terminal = event == .finished ? .finished : .failed(event.code)
-                if event != .finished && s.readerTaskCancelled { s.failedAfterReaderCancelled = true }
-            }
-            if s.parked {
-                s.parked = false
-                s.wake = .retry
-            }
-        }
         for e in emitQueue { e.outcome = .delivered(BroadcastSendResult(isFinished: true)) }
         emitQueue.removeAll()
+        for s in subscribers where s.registered {
+            if s.terminal == nil { s.terminal = event == .finished ? .finished : .failed(event.code) }
+            if s.parked { wake(s) }
+            if s.buffer.isEmpty { s.registered = false }
+        }
     }
 
     // MARK: Reading and ending
@@ -381,11 +381,18 @@ public final class BroadcastModel {
         serveEmitters()
     }
 
-    /// One non-suspending read.
+    /// One non-suspending read (`poll()`, or the synchronous part of `next()`).
     public func poll(_ s: ModelSubscriber) -> ReadResult {
+        if s.cancelled {
+            s.awaitingFree.removeAll()  // the consumer frees what cancel() left to it
+            return .end
+        }
         if !s.buffer.isEmpty {
             let id = s.buffer.removeFirst()
             if s.boundedCapacity != nil { serveEmitters() }
+            // Finished and now drained: it leaves now, not when it takes
+            // the terminal event.
+            if s.terminal != nil && s.buffer.isEmpty { remove(s) }
             return .element(id)
         }
         switch s.terminal {
@@ -393,7 +400,7 @@ public final class BroadcastModel {
             return .empty
         case .ended:
             return .end
-        case .finished, .cancelled:
+        case .finished:
             s.terminal = .ended
             remove(s)
             return .end
@@ -404,29 +411,29 @@ public final class BroadcastModel {
         }
     }
 
-    /// `cancel()`, or the last reference to the subscription went away:
-    /// unregister, free the buffer, wake a parked reader (it gets `nil`).
+    /// `cancel()`, the last reference to the subscription went away, or the
+    /// reader noticed its task's cancellation: unregister, discard the
+    /// buffer, wake a parked reader (it gets `nil`). Only the first call
+    /// does anything.
     public func cancel(_ s: ModelSubscriber) {
+        guard !s.cancelled else { return }
+        s.cancelled = true
         remove(s)
-        s.buffer.removeAll()
         s.terminal = .ended
-        if s.parked {
-            s.parked = false
-            s.wake = .retry
+        if s.isLockFree && s.consumerBusy {
+            s.awaitingFree += s.buffer  // the reader holding the slot frees them
         }
+        s.buffer.removeAll()
+        if s.parked { wake(s) }
     }
 
-    /// The reading task noticed its cancellation: no new elements; what is
-    /// buffered is still read, then `nil`.
-    public func endForTaskCancellation(_ s: ModelSubscriber) {
-        remove(s)
-        switch s.terminal {
-        case nil, .finished, .failed:
-            // README: "A cancelled consuming task gets nil (never an error)".
-            s.terminal = .cancelled
-        case .cancelled, .ended:
-            break
-        }
+    /// The reader noticed its task's cancellation (`endByConsumer`): the
+    /// subscriber ends exactly as with `cancel()`, and the reader frees what
+    /// is left. `next()` returns nil.
+    public func endByConsumer(_ s: ModelSubscriber) -> ReadResult {
+        cancel(s)
+        s.awaitingFree.removeAll()
+        return .end
     }
 
     /// A reference to the subscription went away.
@@ -438,13 +445,14 @@ public final class BroadcastModel {
 
     // MARK: Observing
 
-    /// Payload ids the library must still hold: replay and buffers.
+    /// Payload ids the library must still hold: replay, buffers and waiting
+    /// emitters' elements.
     public func heldPayloads(storageAlive: Bool) -> Set<Int> {
         var held = Set<Int>()
         if storageAlive { held.formUnion(replay) }
         for s in subscribers where s.holders > 0 || s.registered {
             held.formUnion(s.buffer)
-            if case .element(let id) = s.wake { held.insert(id) }
+            held.formUnion(s.awaitingFree)
         }
         for e in emitQueue { held.insert(e.payload) }
         return held

@@ -16,7 +16,7 @@ public final class Trace {
     let echo: Bool
 
     /// `FUZZ_TRACE=1` traces (and prints) every program as it runs.
-    nonisolated(unsafe) public static let alwaysTrace = getenv("FUZZ_TRACE") != nil
+    public static let alwaysTrace = getenv("FUZZ_TRACE") != nil
     /// Set by a target: runs the current input again with `Trace(enabled: true)`.
     nonisolated(unsafe) public static var rerunTraced: (() -> Void)?
 

@@ -2,7 +2,8 @@
 //
 // Every task of the program (readers parked in `next()`, emitters waiting
 // for room, a subscriber made from a cancelled task) runs on
-// `FuzzExecutor`, a `TaskExecutor` that only queues jobs. The input decides,
+// `ManualExecutor` (from AsyncBroadcastTestSupport), a `TaskExecutor` that
+// only queues jobs. The input decides,
 // between operations, which queued job runs next; everything runs on this
 // one thread, so a run is a deterministic function of the input.
 //
@@ -23,6 +24,7 @@
 //   every task has completed and no payload is alive.
 
 @_spi(Testing) import AsyncBroadcast
+import AsyncBroadcastTestSupport
 import FuzzKit
 #if canImport(Glibc)
 import Glibc
@@ -34,26 +36,6 @@ typealias Subscription = Broadcast.Subscription
 let slotCount = 8
 let maxTasks = 64
 let readCounts = [1, 1, 1, 2, 3, 5, 40]
-
-// MARK: - The executor
-
-final class FuzzExecutor: TaskExecutor, @unchecked Sendable {
-    var queue: [UnownedJob] = []
-    /// Called for every enqueue, before the job is queued.
-    var onEnqueue: ((UnsafeRawPointer) -> Void)?
-
-    func enqueue(_ job: consuming ExecutorJob) {
-        let job = UnownedJob(job)
-        onEnqueue?(pointer(job))
-        queue.append(job)
-    }
-}
-
-/// A task's job is the task itself: the same address as the `Task` handle's
-/// reference. Other jobs (the runtime's own, e.g. behind `Task.yield()`)
-/// have other addresses.
-func pointer(_ job: UnownedJob) -> UnsafeRawPointer { unsafeBitCast(job, to: UnsafeRawPointer.self) }
-func pointer(_ task: Task<Void, Never>) -> UnsafeRawPointer { unsafeBitCast(task, to: UnsafeRawPointer.self) }
 
 // MARK: - Tasks
 
@@ -155,7 +137,7 @@ final class SchedProgram {
     var input: ByteReader
     let trace: Trace
     let baseline = livePayloads
-    let executor = FuzzExecutor()
+    let executor = ManualExecutor()
     let model: BroadcastModel
     var sequence: Broadcast?
     var slots: [Slot?] = Array(repeating: nil, count: slotCount)
@@ -173,7 +155,8 @@ final class SchedProgram {
         model = BroadcastModel(defaultPolicy: policy, replay: replay)
         sequence = Broadcast(bufferingPolicy: policy, replay: replay)
         trace.add("create(bufferingPolicy: \(describe(policy)), replay: \(replay))")
-        executor.onEnqueue = { [unowned self] pointer in self.enqueued(pointer) }
+        nonisolated(unsafe) unowned let program = self  // single-threaded: see `enqueued`
+        executor.setOnEnqueue { pointer in program.enqueued(pointer) }
     }
 
     func enqueued(_ pointer: UnsafeRawPointer) {
@@ -181,7 +164,7 @@ final class SchedProgram {
             pendingFailure = pendingFailure ?? "a job was enqueued from another thread"
         }
         guard let task = taskByPointer[pointer] else { return }  // a runtime job
-        if executor.queue.contains(where: { unsafeBitCast($0, to: UnsafeRawPointer.self) == pointer }) {
+        if executor.queuedAddresses.contains(pointer) {
             pendingFailure = pendingFailure ?? "\(task.name) enqueued while already queued: a continuation resumed twice"
         } else if task.mailbox.done {
             pendingFailure = pendingFailure ?? "\(task.name) enqueued after it completed: a continuation resumed twice"
@@ -228,7 +211,7 @@ final class SchedProgram {
             check()
         }
         trace.add("(epilogue) run every queued job")
-        while !executor.queue.isEmpty { runJob(at: 0) }
+        while executor.queuedCount > 0 { runJob(at: 0) }
         for task in tasks where !task.mailbox.done {
             trace.fail("\(task.name) never completed: it waits forever (\(state(of: task)))", details: model.dump())
         }
@@ -239,6 +222,7 @@ final class SchedProgram {
         }
         sequence = nil
         for task in tasks { task.handle = nil }
+        executor.setOnEnqueue(nil)
         if livePayloads != baseline {
             trace.fail("\(livePayloads - baseline) payloads still alive after releasing everything", details: model.dump())
         }
@@ -312,16 +296,17 @@ final class SchedProgram {
             sequence = nil
             finishIfSequenceReleased()
         case 19:
-            trace.add("run every queued job (\(executor.queue.count))")
+            trace.add("run every queued job (\(executor.queuedCount))")
             var budget = 256
-            while !executor.queue.isEmpty && budget > 0 {
+            while executor.queuedCount > 0 && budget > 0 {
                 runJob(at: 0)
                 budget -= 1
             }
             return
         default:
-            guard !executor.queue.isEmpty else { return }
-            runJob(at: input.below(executor.queue.count))
+            let queued = executor.queuedCount
+            guard queued > 0 else { return }
+            runJob(at: input.below(queued))
             return
         }
         drainRuntimeJobs()
@@ -363,7 +348,7 @@ final class SchedProgram {
 
     func register(_ task: TaskRecord, _ handle: Task<Void, Never>) {
         task.handle = handle
-        let p = pointer(handle)
+        let p = ManualExecutor.address(of: handle)
         task.pointer = p
         taskByPointer[p] = task
         tasks.append(task)
@@ -373,7 +358,6 @@ final class SchedProgram {
         guard tasks.count < maxTasks, var slot = slots[index] else { return }
         guard slot.reader == nil || slot.reader!.modelDone else { return }  // one consumer per subscription
         let reader = ReaderModel(sub: slot.model, maxReads: maxReads)
-        slot.model.readerTaskCancelled = false
         let task = TaskRecord(name: "r\(tasks.count + 1)", kind: .reader(reader))
         trace.add("\(task.name) = Task { read \(maxReads == 1 ? "once" : "up to \(maxReads)×") from \(slot.model.name) }")
         let mailbox = task.mailbox
@@ -447,11 +431,10 @@ final class SchedProgram {
         task.cancelled = true
         register(task, handle)
         // Run it now (its only job), so the slot is ready for the next step.
-        guard let jobIndex = executor.queue.firstIndex(where: { pointer($0) == task.pointer }) else {
+        guard let jobIndex = executor.queuedAddresses.firstIndex(of: task.pointer!) else {
             trace.fail("the subscribing task was not queued")
         }
-        let job = executor.queue.remove(at: jobIndex)
-        job.runSynchronously(on: executor.asUnownedTaskExecutor())
+        executor.run(at: jobIndex)
         guard mailbox.done, let subscription = mailbox.subscription else {
             trace.fail("the subscribing task did not complete in one job")
         }
@@ -467,14 +450,15 @@ final class SchedProgram {
         task.handle!.cancel()
         switch task.kind {
         case .reader(let r):
-            r.sub.readerTaskCancelled = true
-            // Inside the wait, the cancellation handler is installed: it
-            // leaves a tombstone, and resumes the reader if it is parked.
+            // Inside the wait (parked, or resumed and not yet run), the
+            // cancellation handler is installed: it leaves a tombstone, and
+            // resumes the reader if it is parked. Elsewhere, `next()` notices
+            // on its next cancellation check or when it is about to wait.
             if r.pc == .waiting {
                 r.sub.tombstone = true
                 if r.sub.parked {
                     r.sub.parked = false
-                    r.sub.wake = .cancelled
+                    r.sub.woken = true
                 }
             }
         case .emitter(let e):
@@ -489,9 +473,8 @@ final class SchedProgram {
     /// Runs the runtime's own jobs (not tasks) at once, in order.
     func drainRuntimeJobs() {
         var budget = 10_000
-        while let index = executor.queue.firstIndex(where: { taskByPointer[pointer($0)] == nil }) {
-            let job = executor.queue.remove(at: index)
-            job.runSynchronously(on: executor.asUnownedTaskExecutor())
+        while let index = executor.queuedAddresses.firstIndex(where: { taskByPointer[$0] == nil }) {
+            executor.run(at: index)
             budget -= 1
             if budget == 0 { trace.fail("runtime jobs keep coming") }
         }
@@ -499,14 +482,13 @@ final class SchedProgram {
     }
 
     func runJob(at index: Int) {
-        let job = executor.queue.remove(at: index)
-        guard let task = taskByPointer[pointer(job)] else {
+        guard let task = taskByPointer[executor.queuedAddresses[index]] else {
             trace.fail("a runtime job was left in the queue")
         }
         trace.add("run \(task.name) (\(state(of: task)))")
         let mailbox = task.mailbox
         mailbox.reads.removeAll()
-        job.runSynchronously(on: executor.asUnownedTaskExecutor())
+        executor.run(at: index)
         drainRuntimeJobs()
         let before = trace.enabled ? model.dump() : ""
         switch task.kind {
@@ -552,18 +534,22 @@ final class SchedProgram {
     }
 
     /// Steps the reader's model from where it is to its next suspension;
-    /// returns what its `next()` calls return meanwhile.
+    /// returns what its `next()` calls return meanwhile. Follows
+    /// `SubscriberCore.next`: claim the consumer slot for the whole call;
+    /// on the iterator's 1st call and every 32nd, a cancelled task ends the
+    /// subscriber (as `cancel()`, `nil`); try to read; `Task.yield()`; try
+    /// again; then wait (park) until woken, and read again.
     func simulate(_ r: ReaderModel, _ task: TaskRecord) -> [ReadResult] {
         var results: [ReadResult] = []
         let sub = r.sub
 
-        /// Returns true when the task stops (done).
+        /// One `next()` returned. Returns true when the task stops (done).
         func finishRead(_ result: ReadResult) -> Bool {
+            sub.consumerBusy = false
             results.append(result)
             r.reads += 1
             if result.endsRead || r.reads == r.maxReads {
                 r.pc = .done
-                sub.readerTaskCancelled = false
                 model.release(sub)  // the task lets go of its iterator
                 return true
             }
@@ -574,11 +560,11 @@ final class SchedProgram {
         /// `waitForNext`: returns true if the task suspends.
         func enterWait() -> Bool {
             r.pc = .waiting
-            if task.cancelled { sub.tombstone = true }  // the handler runs at once
-            if sub.tombstone {
-                sub.wake = .cancelled  // resumed inside the park: no suspension
-                return false
-            }
+            // A cancelled task's handler runs at once and leaves the
+            // tombstone: the park fails and the reader goes on without
+            // suspending.
+            if task.cancelled { sub.tombstone = true }
+            if sub.tombstone { return false }
             sub.parked = true
             return true
         }
@@ -588,7 +574,11 @@ final class SchedProgram {
             case .start:
                 let checksCancellation = r.calls % 32 == 0
                 r.calls += 1
-                if checksCancellation && task.cancelled { model.endForTaskCancellation(sub) }
+                sub.consumerBusy = true
+                if checksCancellation && task.cancelled && !sub.ignoresTaskCancellation {
+                    if finishRead(model.endByConsumer(sub)) { return results }
+                    continue
+                }
                 let result = model.poll(sub)
                 if result == .empty {
                     r.pc = .yielding
@@ -603,19 +593,17 @@ final class SchedProgram {
                     return results
                 }
             case .waiting:
-                guard let wake = sub.wake else {
+                if sub.parked {
                     trace.fail("\(task.name) ran while the model says it is parked", details: model.dump())
                 }
-                sub.wake = nil
-                // The library: a cancellation handler that fired during the
-                // wait (even after someone else resumed the reader) ends the
-                // subscriber; what it already holds still drains.
-                if sub.tombstone { model.endForTaskCancellation(sub) }
-                if case .element(let id) = wake {
-                    if finishRead(.element(id)) { return results }
+                sub.woken = false
+                // Resumed (or never suspended): a cancellation handler that
+                // fired during the wait ends the subscriber, even if the
+                // reader had been woken for an element: it is discarded.
+                if sub.tombstone {
+                    if finishRead(model.endByConsumer(sub)) { return results }
                     continue
                 }
-                if wake == .cancelled { model.endForTaskCancellation(sub) }
                 let result = model.poll(sub)
                 if result == .empty {
                     if enterWait() { return results }
@@ -636,7 +624,7 @@ final class SchedProgram {
             var s = "\(r.pc)"
             if r.pc == .waiting {
                 if r.sub.parked { s += ", parked" }
-                if let wake = r.sub.wake { s += ", resumed with \(wake)" }
+                if r.sub.woken { s += ", resumed" }
             }
             return s + (task.cancelled ? ", cancelled" : "")
         case .emitter(let e):
@@ -648,13 +636,13 @@ final class SchedProgram {
 
     func check() {
         // Who must be queued, who must be suspended, who must be done.
-        let queued = Set(executor.queue.map(pointer))
+        let queued = Set(executor.queuedAddresses)
         for task in tasks {
             let isQueued = queued.contains(task.pointer!)
             let runnable: Bool
             switch task.kind {
             case .reader(let r):
-                runnable = r.pc == .start || r.pc == .yielding || (r.pc == .waiting && r.sub.wake != nil)
+                runnable = r.pc == .start || r.pc == .yielding || (r.pc == .waiting && r.sub.woken)
             case .emitter(let e):
                 runnable = e.state == .notStarted || e.isDecided
             case .subscriber:
@@ -673,7 +661,7 @@ final class SchedProgram {
             }
         }
         if !KnownBugs.staleTombstone {
-            for s in model.subscribers where s.registered && s.tombstone && !s.parked && s.wake == nil {
+            for s in model.subscribers where s.registered && s.tombstone && !s.parked && !s.woken {
                 // A reader still running will notice and end the subscriber;
                 // with none, the subscriber stays counted and deaf.
                 let readerActive = tasks.contains { task in
