@@ -120,7 +120,7 @@ final class BroadcastStorage<Element: Sendable, Failure: Error>: @unchecked Send
         await withTaskCancellationHandler {
             await withUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
                 // The lock is taken inside the closure, never across it.
-                if !lock.withLock({ state.park(emit: id, continuation) }) { continuation.resume() }
+                if !lock.withLock({ state.park(emit: id, continuation) }) { Parking.resume(continuation) }
             }
         } onCancel: {
             withState { state, effects in state.cancelEmit(id, effects: &effects) }

@@ -62,7 +62,7 @@ struct Effects<Element: Sendable>: ~Copyable {
     consuming func run() {
         hasRun = true
         guard let box else { return }
-        for continuation in box.wakes { continuation.resume() }
+        for continuation in box.wakes { Parking.resume(continuation) }
         box.wakes.removeAll(keepingCapacity: true)
         box.released.removeAll(keepingCapacity: true)
         pool?.put(box)

@@ -206,4 +206,15 @@ static inline void cab_block_destroy(cab_block *_Nonnull block) {
     free(block);
 }
 
+// MARK: - ThreadSanitizer (defined in CAtomics.c)
+//
+// Between these two calls the current thread's memory accesses are not
+// recorded by ThreadSanitizer (its synchronisation still is); outside TSan
+// builds they do nothing. Used only around `UnsafeContinuation.resume()`:
+// see `Parking.resume` for why.
+void cab_tsan_ignore_accesses_begin(void);
+void cab_tsan_ignore_accesses_end(void);
+/// Whether this build runs under ThreadSanitizer (for tests).
+bool cab_tsan_is_active(void);
+
 #endif /* CATOMICS_H */
