@@ -1,0 +1,85 @@
+// misuse-probe CASE: commits one programmer error against AsyncBroadcast,
+// which must trap with an `AsyncBroadcast misuse: ...` message on stderr.
+// `none` is the control: correct use, exits 0. A misuse that does not trap
+// prints "misuse-probe: CASE did not trap" and exits 0, which the script
+// counts as a failure.
+@_spi(Testing) import AsyncBroadcast
+import Foundation
+
+let cases = [
+    "none", "negative-replay", "bounded-zero", "bounded-zero-subscribe",
+    "negative-newest", "negative-oldest-subscribe", "concurrent-next",
+]
+
+/// Keeps `value` observable, so the optimizer cannot drop the call that made it.
+@inline(never)
+func use<T>(_ value: T) {
+    withExtendedLifetime(value) {}
+}
+
+func fail(_ message: String, status: Int32) -> Never {
+    FileHandle.standardError.write(Data("misuse-probe: \(message)\n".utf8))
+    exit(status)
+}
+
+/// Two consumers in `next()` on one subscription at once, deterministically:
+/// the first is parked in `next()` (seen through `isConsumerWaiting`) before
+/// the second calls `next()` from another task.
+func concurrentNext() async {
+    let sequence = BroadcastSequence(of: Int.self)
+    let subscription = sequence.subscribe()
+    let first = Task.detached {
+        var iterator = subscription.makeAsyncIterator()
+        return await iterator.next()
+    }
+    let deadline = Date().addingTimeInterval(20)
+    while !subscription.isConsumerWaiting {
+        if Date() > deadline { fail("concurrent-next: the first consumer never parked in next()", status: 3) }
+        await Task.yield()
+    }
+    let second = Task.detached {
+        var iterator = subscription.makeAsyncIterator()
+        return await iterator.next()
+    }
+    _ = await second.value  // must trap before returning
+    sequence.finish()
+    _ = await first.value
+    use(sequence)
+}
+
+let arguments = CommandLine.arguments.dropFirst()
+guard arguments.count == 1, let name = arguments.first, cases.contains(name) else {
+    fail("usage: misuse-probe CASE, CASE one of: \(cases.joined(separator: " "))", status: 2)
+}
+
+switch name {
+case "none":
+    // Correct use of everything the misuse cases get wrong.
+    let sequence = BroadcastSequence(of: Int.self, bufferingPolicy: .bounded(1), replay: 1)
+    let newest = sequence.subscribe(bufferingPolicy: .bufferingNewest(0))
+    let oldest = sequence.subscribe(bufferingPolicy: .bufferingOldest(0))
+    sequence.send(1)
+    let late = sequence.subscribe(bufferingPolicy: .bounded(1))
+    sequence.finish()
+    var iterator = late.makeAsyncIterator()
+    guard await iterator.next() == 1, await iterator.next() == nil else { fail("none: replay did not deliver 1, then nil", status: 1) }
+    use((newest, oldest))
+    print("misuse-probe: none: ok")
+    exit(0)
+case "negative-replay":
+    use(BroadcastSequence(of: Int.self, replay: -1))
+case "bounded-zero":
+    use(BroadcastSequence(of: Int.self, bufferingPolicy: .bounded(0)))
+case "bounded-zero-subscribe":
+    use(BroadcastSequence(of: Int.self).subscribe(bufferingPolicy: .bounded(0)))
+case "negative-newest":
+    use(BroadcastSequence(of: Int.self, bufferingPolicy: .bufferingNewest(-1)))
+case "negative-oldest-subscribe":
+    use(BroadcastSequence(of: Int.self).subscribe(bufferingPolicy: .bufferingOldest(-2)))
+case "concurrent-next":
+    await concurrentNext()
+default:
+    fail("unknown case \(name)", status: 2)
+}
+print("misuse-probe: \(name) did not trap")
+exit(0)
