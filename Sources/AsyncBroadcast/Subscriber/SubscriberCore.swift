@@ -294,14 +294,32 @@ final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendab
     @inlinable
     func next(isolation actor: isolated (any Actor)?, checkCancellation: Bool) async throws(Failure) -> Element? {
         guard claimConsumer() else { return nil }
-        defer { releaseConsumer() }
-        if checkCancellation && !ignoresTaskCancellation && Task.isCancelled { return endByConsumer() }
-        switch pollClaimed() {
-        case .element(let element): return element
-        case .end: return nil
-        case .failure(let error): throw error
-        case .empty: break
+        if checkCancellation && !ignoresTaskCancellation && Task.isCancelled {
+            defer { releaseConsumer() }
+            return endByConsumer()
         }
+        // The fast path is synchronous: no suspension, so nothing async
+        // (not even a `defer` spanning an `await`) is set up for it.
+        switch pollClaimed() {
+        case .element(let element):
+            releaseConsumer()
+            return element
+        case .end:
+            releaseConsumer()
+            return nil
+        case .failure(let error):
+            releaseConsumer()
+            throw error
+        case .empty:
+            return try await nextSlow(isolation: actor)
+        }
+    }
+
+    /// `next()` with nothing buffered: yields once, then parks. Releases the
+    /// consumer slot that `next()` claimed.
+    @inlinable
+    func nextSlow(isolation actor: isolated (any Actor)?) async throws(Failure) -> Element? {
+        defer { releaseConsumer() }
         // Let the producer run once before parking: a consumer that keeps
         // up would otherwise park and be woken for every single element.
         await Task.yield()
