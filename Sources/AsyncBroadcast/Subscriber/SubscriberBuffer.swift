@@ -203,7 +203,8 @@ struct SubscriberBuffer<Element: Sendable>: @unchecked Sendable {
 
     // MARK: Consumer side (the consumer slot claimed)
 
-    /// - Parameter publishSequentiallyConsistent: see `SPSCRing.pop`.
+    /// The next element; a `.bounded` buffer publishes its new head with a
+    /// sequentially consistent store (see `SPSCRing.pop`).
     @inlinable
     func pop() -> Element? {
         switch storage {
