@@ -71,6 +71,75 @@ import Testing
         _ = (c, d)
     }
 
+    @Test func everyValueDeclarationHasItsContractSignature() async throws {
+        let a = BroadcastValue(1)
+        let b = BroadcastValue(1, throwing: NetworkError.self)
+        let c = BroadcastValue<String, any Error>("x", throwing: (any Error).self)
+        requireAsyncSequence(a)
+        requireSendable(a)
+        let _: BroadcastValue<Int, Never>.Element.Type = Int.self
+        let current: Int = a.value
+        let send: (Int) -> Void = a.send
+        let updated: Int = a.update { (value: inout Int) -> Int in value += 1; return value }
+        a.update { $0 += 1 }  // discardable
+        do throws(NetworkError) {
+            try b.update { (_: inout Int) throws(NetworkError) -> Void in throw NetworkError() }
+            Issue.record("expected the typed error")
+        } catch {
+            let typed: NetworkError = error
+            _ = typed
+        }
+        let finish: () -> Void = a.finish
+        let finishThrowing: (NetworkError) -> Void = b.finish(throwing:)
+        let count: Int = a.subscriberCount
+        let finished: Bool = a.isFinished
+        _ = (current, send, updated, finish, finishThrowing, count, finished, c)
+
+        let subscription: BroadcastValue<Int, Never>.Subscription = a.subscribe()
+        requireAsyncSequence(subscription)
+        requireSendable(subscription)
+        var iterator: BroadcastValue<Int, Never>.Subscription.AsyncIterator = subscription.makeAsyncIterator()
+        var loopIterator: BroadcastValue<Int, Never>.AsyncIterator = a.makeAsyncIterator()
+        #expect(await iterator.next() == 3)
+        a.send(4)
+        #expect(await iterator.next(isolation: nil) == 4)
+        #expect(await loopIterator.next() == 4)
+        subscription.cancel()
+        #expect(await iterator.next() == nil)
+        a.finish()
+        #expect(await loopIterator.next() == nil)
+
+        var throwingIterator = b.subscribe().makeAsyncIterator()
+        #expect(try await throwingIterator.next() == 1)
+        b.finish(throwing: NetworkError())
+        do throws(NetworkError) {
+            _ = try await throwingIterator.next()
+            Issue.record("expected the typed error")
+        } catch {
+            let typed: NetworkError = error
+            _ = typed
+        }
+    }
+
+    @Test func everyPromiseDeclarationHasItsContractSignature() async throws {
+        let a = BroadcastPromise<Int, NetworkError>()
+        let b = BroadcastPromise(of: Int.self, throwing: NetworkError.self)
+        let c = BroadcastPromise<Void, any Error>()
+        requireSendable(a)
+        let succeed: (Int) -> Bool = a.succeed
+        let fail: (NetworkError) -> Bool = b.fail
+        let pending: Result<Int, NetworkError>? = a.result
+        #expect(pending == nil)
+        #expect(succeed(5))
+        #expect(!a.succeed(6))
+        #expect(fail(NetworkError()))
+        #expect(try await a.value == 5)
+        await #expect(throws: NetworkError.self) { try await b.value }
+        #expect(c.succeed())
+        #expect(!c.succeed())
+        try await c.value
+    }
+
     func requireSendableHashable<T: Sendable & Hashable>(_: T.Type) {}
     func requireSendable<T: Sendable>(_: T) {}
     func requireAsyncSequence<S: AsyncSequence>(_: S) {}

@@ -24,6 +24,11 @@ struct Lock: @unchecked Sendable {
 
     @usableFromInline func lock() { cab_lock_lock(UnsafeMutablePointer(raw)) }
     @usableFromInline func unlock() { cab_lock_unlock(UnsafeMutablePointer(raw)) }
+    /// `true` if the lock was free and is now held.
+    @usableFromInline func tryLock() -> Bool { cab_lock_trylock(UnsafeMutablePointer(raw)) }
+
+    /// A non-zero word naming the calling thread (see `ReentranceGuard`).
+    @usableFromInline static func currentThreadID() -> Int { cab_current_thread_id() }
 
     @inlinable
     func withLock<R, E: Error>(_ body: () throws(E) -> R) throws(E) -> R {

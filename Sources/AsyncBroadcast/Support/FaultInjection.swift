@@ -43,4 +43,32 @@ enum Fault {
         return false
         #endif
     }
+
+    /// A `BroadcastValue` change does not wake its parked readers.
+    @inlinable static var valueSkipWake: Bool {
+        #if ASYNCBROADCAST_FAULT_VALUE_SKIP_WAKE
+        return true
+        #else
+        return false
+        #endif
+    }
+
+    /// A `BroadcastValue` reader does not always record the version it took,
+    /// so it can return the same change twice.
+    @inlinable static var valueDuplicate: Bool {
+        #if ASYNCBROADCAST_FAULT_VALUE_DUPLICATE
+        return true
+        #else
+        return false
+        #endif
+    }
+
+    /// A cancelled `BroadcastPromise` waiter's slot is never freed.
+    @inlinable static var promiseLeakCancelled: Bool {
+        #if ASYNCBROADCAST_FAULT_PROMISE_LEAK_CANCELLED
+        return true
+        #else
+        return false
+        #endif
+    }
 }

@@ -19,9 +19,8 @@
 
 #if defined(__APPLE__)
 #include <os/lock.h>
-#else
-#include <pthread.h>
 #endif
+#include <pthread.h>
 
 // MARK: - Atomic word
 
@@ -165,6 +164,24 @@ static inline void cab_lock_unlock(cab_lock *_Nonnull l) {
 #else
     if (pthread_mutex_unlock(&l->lock) != 0) abort();
 #endif
+}
+
+// `true` if the lock was free and is now held by the caller.
+static inline bool cab_lock_trylock(cab_lock *_Nonnull l) {
+#if defined(__APPLE__)
+    return os_unfair_lock_trylock(&l->lock);
+#else
+    return pthread_mutex_trylock(&l->lock) == 0;
+#endif
+}
+
+// MARK: - Thread identity
+//
+// A non-zero word naming the calling thread, unique among live threads: lets
+// a lock's holder record itself so that a re-entrant call from the same
+// thread traps with a message instead of deadlocking.
+static inline intptr_t cab_current_thread_id(void) {
+    return (intptr_t)pthread_self();
 }
 
 // MARK: - Block: a lock and atomic words in one allocation

@@ -1,0 +1,93 @@
+extension BroadcastValue {
+    /// One subscriber of a ``BroadcastValue``: it holds at most one pending
+    /// value, the latest one it has not returned yet.
+    ///
+    /// The subscriber ends, and leaves the value at once, when ``cancel()``
+    /// is called, when the subscription and all its iterators are released,
+    /// when the consuming task is cancelled, or when the value finished and
+    /// the subscriber has taken the last value.
+    ///
+    /// ```swift
+    /// let subscription = status.subscribe()
+    /// for await status in subscription { show(status) }
+    /// ```
+    ///
+    /// One subscription has one consumer: two `next()` calls at once trap
+    /// with a message, in release builds too.
+    public final class Subscription: AsyncSequence, Sendable {
+        public typealias Element = Value
+
+        @usableFromInline let core: ValueSubscriber<Value, Failure>
+
+        @inlinable
+        init(core: ValueSubscriber<Value, Failure>) {
+            self.core = core
+        }
+
+        deinit {
+            core.cancel()
+        }
+
+        /// Iterators share this subscription and keep it alive.
+        @inlinable
+        public func makeAsyncIterator() -> AsyncIterator {
+            AsyncIterator(subscription: self)
+        }
+
+        /// Ends this subscriber now: it leaves the value, and `next()`
+        /// returns `nil` (also to a consumer waiting in it). Idempotent.
+        ///
+        /// ```swift
+        /// subscription.cancel()
+        /// ```
+        public func cancel() {
+            core.cancel()
+        }
+
+        /// Reads the latest unseen value, suspending until the value changes.
+        public struct AsyncIterator: AsyncIteratorProtocol {
+            public typealias Element = Value
+
+            @usableFromInline let subscription: Subscription
+            /// Calls left before the next look at the task's cancellation.
+            @usableFromInline var callsUntilCancellationCheck = 0
+
+            @usableFromInline init(subscription: Subscription) { self.subscription = subscription }
+
+            @inlinable
+            mutating func shouldCheckCancellation() -> Bool {
+                if callsUntilCancellationCheck > 0 {
+                    callsUntilCancellationCheck -= 1
+                    return false
+                }
+                callsUntilCancellationCheck = 31
+                return true
+            }
+
+            /// The latest value this subscriber has not returned yet, waiting
+            /// for a change if there is none; `nil` once it has ended.
+            ///
+            /// Throws the value's error once (after the last value) if it
+            /// finished with `finish(throwing:)`. When the calling task is
+            /// cancelled, the subscriber ends and this returns `nil`: at
+            /// once if it is waiting, otherwise within 32 calls.
+            ///
+            /// ```swift
+            /// var iterator = settings.subscribe().makeAsyncIterator()
+            /// let current = await iterator.next()
+            /// ```
+            @inlinable
+            public mutating func next() async throws(Failure) -> Value? {
+                try await subscription.core.next(isolation: nil as (any Actor)?,
+                                                 checkCancellation: shouldCheckCancellation())
+            }
+
+            /// Like ``next()``, but runs on `actor` without hopping off it: a
+            /// `@MainActor` loop stays on the main actor.
+            @inlinable
+            public mutating func next(isolation actor: isolated (any Actor)?) async throws(Failure) -> Value? {
+                try await subscription.core.next(isolation: actor, checkCancellation: shouldCheckCancellation())
+            }
+        }
+    }
+}
