@@ -37,6 +37,9 @@ expectations=(
     "negative-newest|AsyncBroadcast misuse: |.bufferingNewest|must not be negative"
     "negative-oldest-subscribe|AsyncBroadcast misuse: |.bufferingOldest|must not be negative"
     "concurrent-next|AsyncBroadcast misuse: concurrent next() calls on one Subscription"
+    "value-update-reentered|AsyncBroadcast misuse: BroadcastValue called back from inside its own update body"
+    "value-equality-reentered|AsyncBroadcast misuse: BroadcastValue called back from inside its own update body or Value.=="
+    "value-concurrent-next|AsyncBroadcast misuse: concurrent next() calls on one Subscription"
 )
 
 passed=0

@@ -72,6 +72,9 @@ let scenarios: [Scenario] = [
     Scenario(name: "task-cancellation", run: { await taskCancellation(seed: $0, failures: $1, scale: $2) }),
     Scenario(name: "finish-racing-sends", run: { await finishRacingSends(seed: $0, failures: $1, scale: $2) }),
     Scenario(name: "last-reference-dropped", run: { await lastReferenceDropped(seed: $0, failures: $1, scale: $2) }),
+    Scenario(name: "value-fan-out", run: { await valueFanOut(seed: $0, failures: $1, scale: $2) }),
+    Scenario(name: "value-wakes", run: { await valueWakes(seed: $0, failures: $1, scale: $2) }),
+    Scenario(name: "promise-races", run: { await promiseRaces(seed: $0, failures: $1, scale: $2) }),
 ]
 
 /// Fails the whole run if one scenario runs longer than its limit: a task

@@ -9,7 +9,43 @@ import Foundation
 let cases = [
     "none", "negative-replay", "bounded-zero", "bounded-zero-subscribe",
     "negative-newest", "negative-oldest-subscribe", "concurrent-next",
+    "value-update-reentered", "value-equality-reentered", "value-concurrent-next",
 ]
+
+/// An `Equatable` value whose `==` reads the `BroadcastValue` it lives in.
+struct Nosy: Equatable, Sendable {
+    var number: Int
+    nonisolated(unsafe) static var home: BroadcastValue<Nosy, Never>?
+    static func == (lhs: Nosy, rhs: Nosy) -> Bool {
+        _ = home?.value
+        return lhs.number == rhs.number
+    }
+}
+
+/// Like `concurrentNext()`, for a `BroadcastValue` subscription.
+func valueConcurrentNext() async {
+    let value = BroadcastValue(0)
+    let subscription = value.subscribe()
+    var primer = subscription.makeAsyncIterator()
+    guard await primer.next() == 0 else { fail("value-concurrent-next: no initial value", status: 1) }
+    let first = Task.detached {
+        var iterator = subscription.makeAsyncIterator()
+        return await iterator.next()
+    }
+    let deadline = Date().addingTimeInterval(20)
+    while !subscription.isConsumerWaiting {
+        if Date() > deadline { fail("value-concurrent-next: the first consumer never parked in next()", status: 3) }
+        await Task.yield()
+    }
+    let second = Task.detached {
+        var iterator = subscription.makeAsyncIterator()
+        return await iterator.next()
+    }
+    _ = await second.value  // must trap before returning
+    value.finish()
+    _ = await first.value
+    use(value)
+}
 
 /// Keeps `value` observable, so the optimizer cannot drop the call that made it.
 @inline(never)
@@ -64,6 +100,9 @@ case "none":
     var iterator = late.makeAsyncIterator()
     guard await iterator.next() == 1, await iterator.next() == nil else { fail("none: replay did not deliver 1, then nil", status: 1) }
     use((newest, oldest))
+    let current = BroadcastValue(Nosy(number: 1))
+    current.update { $0.number += 1 }
+    guard current.value.number == 2 else { fail("none: update did not apply", status: 1) }
     print("misuse-probe: none: ok")
     exit(0)
 case "negative-replay":
@@ -78,6 +117,15 @@ case "negative-oldest-subscribe":
     use(BroadcastSequence(of: Int.self).subscribe(bufferingPolicy: .bufferingOldest(-2)))
 case "concurrent-next":
     await concurrentNext()
+case "value-update-reentered":
+    let value = BroadcastValue(1)
+    value.update { number in number = value.value + 1 }
+case "value-equality-reentered":
+    let value = BroadcastValue(Nosy(number: 1))
+    Nosy.home = value
+    value.send(Nosy(number: 2))
+case "value-concurrent-next":
+    await valueConcurrentNext()
 default:
     fail("unknown case \(name)", status: 2)
 }
