@@ -1,43 +1,24 @@
-// broadcast-demo: one producer fans events out to four subscribers with
-// different buffering policies, then prints what each received and dropped.
+// broadcast-demo: the library's three types, briefly.
+//
+// 1. BroadcastSequence (events): one producer fans events out to four
+//    subscribers with different buffering policies.
+// 2. BroadcastValue (state): a value followed by two subscribers, one that
+//    keeps up and one that is busy and gets only the latest value.
+// 3. BroadcastPromise (one result): several waiters of one result, one of
+//    them cancelled.
 //
 //   swift run -c release broadcast-demo
-import AsyncBroadcast
+//
+// Every step waits for what it depends on (no sleeps), so the output is the
+// same on every run.
 
-let events = BroadcastSequence(of: Int.self, bufferingPolicy: .bufferingNewest(10))
+print("== BroadcastSequence: events, each subscriber with its own policy")
+try await sequenceDemo()
 
-// Subscribe before sending: every element sent after `subscribe` returns is
-// buffered for the subscriber, even before it starts iterating.
-let subscribers: [(name: String, subscription: BroadcastSequence<Int, Never>.Subscription)] = [
-    ("ui      .bufferingNewest(10) (default)", events.subscribe()),
-    ("logger  .unbounded", events.subscribe(bufferingPolicy: .unbounded)),
-    ("preview .bufferingOldest(3)", events.subscribe(bufferingPolicy: .bufferingOldest(3))),
-    ("metrics .bounded(4)", events.subscribe(bufferingPolicy: .bounded(4))),
-]
+print()
+print("== BroadcastValue: the current value, conflated")
+await valueDemo()
 
-// Phase 1: a burst of 20 `send`s while nobody reads. `send` never waits:
-// dropping policies drop, `.bounded` over-fills rather than lose anything.
-for event in 1...20 {
-    events.send(event)
-}
-
-// Phase 2: consumers start; 20 more events go out through `emit`, which
-// waits whenever the `.bounded(4)` subscriber holds 4 unread events.
-let consumers = subscribers.map { entry in
-    Task { () -> (String, [Int], Int) in
-        var received: [Int] = []
-        for await event in entry.subscription { received.append(event) }
-        return (entry.name, received, entry.subscription.droppedCount)
-    }
-}
-for event in 21...40 {
-    try await events.emit(event)
-}
-events.finish()
-
-for consumer in consumers {
-    let (name, received, dropped) = await consumer.value
-    print("\(name): received \(received.count), dropped \(dropped)")
-    print("    \(received.map(String.init).joined(separator: " "))")
-}
-print("subscribers left after finish: \(events.subscriberCount)")
+print()
+print("== BroadcastPromise: one result for many waiters")
+await promiseDemo()
