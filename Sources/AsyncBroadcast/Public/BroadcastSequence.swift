@@ -44,9 +44,9 @@ public final class BroadcastSequence<Element: Sendable, Failure: Error>: AsyncSe
     ///   - replay: How many of the most recent elements the sequence keeps
     ///     for new subscribers. A new subscriber receives all of them first,
     ///     whatever its policy (a smaller capacity does not cut the window);
-    ///     its policy governs what is sent afterwards. `replay: 1` with a
-    ///     single `send` and `finish` makes a one-shot "ready" signal that
-    ///     late waiters still see.
+    ///     its policy governs what is sent afterwards. (For one result that
+    ///     late waiters still get, use ``BroadcastPromise``; for a current
+    ///     value, ``BroadcastValue``.)
     ///
     /// A negative `replay` or capacity, or `.bounded(0)`, traps with a
     /// message naming it, in every build configuration.
