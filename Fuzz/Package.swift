@@ -40,5 +40,14 @@ let package = Package(
             ],
             swiftSettings: fuzzerSettings
         ),
+        .executableTarget(
+            name: "fuzz-value",
+            dependencies: [
+                "FuzzKit",
+                .product(name: "AsyncBroadcast", package: libraryPackage),
+                .product(name: "AsyncBroadcastTestSupport", package: libraryPackage),
+            ],
+            swiftSettings: fuzzerSettings
+        ),
     ]
 )

@@ -17,6 +17,8 @@ checks=(
     "LEAK_SUBSCRIBER   seq   ended subscribers never leave the registry"
     "LEAK_SUBSCRIBER   sched ended subscribers never leave the registry"
     "DROP_EMIT         sched a served emit claims success but delivers nothing"
+    "VALUE_SKIP_WAKE   value a BroadcastValue change never wakes its parked readers"
+    "VALUE_DUPLICATE   value a BroadcastValue reader can return the same change twice"
 )
 
 failed=0

@@ -6,9 +6,12 @@
 #
 #   TARGET    seq    sequential model check (one sequence, 8 subscribers, poll)
 #             sched  interleavings under a deterministic executor (tasks, emit)
+#             value  BroadcastValue: model check with interleavings (readers
+#                    on the deterministic executor)
 #   SECONDS   fuzzing time (default 60)
 #   --fault FLAG   build the library with -DASYNCBROADCAST_FAULT_<FLAG>
-#                  (MISCOUNT_EVICTION, SKIP_WAKE, LEAK_SUBSCRIBER, DROP_EMIT);
+#                  (MISCOUNT_EVICTION, SKIP_WAKE, LEAK_SUBSCRIBER, DROP_EMIT,
+#                  VALUE_SKIP_WAKE, VALUE_DUPLICATE);
 #                  a finding is then the expected outcome (see fault-check.sh)
 #   --strict  check the contract for every fixed bug in KnownBugs (already the
 #             default; FUZZ_STRICT=none expects the old behaviour instead)
@@ -28,7 +31,7 @@ while [[ $# -gt 0 ]]; do
         --fault=*) fault="${1#--fault=}"; shift ;;
         --strict) strict="all"; shift ;;
         --strict=*) strict="${1#--strict=}"; shift ;;
-        -h|--help) sed -n '2,19p' "$(basename "$0")"; exit 0 ;;
+        -h|--help) sed -n '2,22p' "$(basename "$0")"; exit 0 ;;
         *) break ;;
     esac
 done
@@ -37,8 +40,8 @@ seconds="${2:-60}"
 shift $(( $# >= 2 ? 2 : $# ))
 [[ "${1:-}" == "--" ]] && shift
 case "$target" in
-    seq|sched) ;;
-    *) echo "usage: $0 [--fault FLAG] [--strict] seq|sched [SECONDS] [-- LIBFUZZER_ARGS...]" >&2; exit 2 ;;
+    seq|sched|value) ;;
+    *) echo "usage: $0 [--fault FLAG] [--strict] seq|sched|value [SECONDS] [-- LIBFUZZER_ARGS...]" >&2; exit 2 ;;
 esac
 
 # Not `--sanitize=fuzzer --sanitize=address`: SwiftPM passes those as two
