@@ -7,7 +7,7 @@
 /// tombstone case). Each slot moves through:
 ///
 /// ```
-///   free ──reserve──▶ reserved ──store──▶ waiting ──complete──▶ free
+///   free ──reserve──▶ reserved ──store──▶ waiting
 ///                        │                   │
 ///                        │ cancel            │ cancel (resumed now)
 ///                        ▼                   ▼
@@ -15,8 +15,11 @@
 /// ```
 ///
 /// A `cancelled` slot is freed by its own waiter when it collects its
-/// outcome (`CancellationError`). Invariants: the free list links exactly
-/// the `free` slots; `occupied` counts the others.
+/// outcome (`CancellationError`). Completion takes the whole table
+/// (`takeAll()`) and resumes its `waiting` slots; from then on waiters see
+/// the result under the promise's lock and never touch a table again.
+/// Invariants: the free list links exactly the `free` slots; `occupied`
+/// counts the others.
 @usableFromInline
 struct WaiterTable {
     @usableFromInline
@@ -95,18 +98,22 @@ struct WaiterTable {
         return true
     }
 
-    /// Every suspended waiter, their slots freed: the promise completed.
+    /// The whole table, leaving an empty one: the promise completed, and
+    /// no waiter touches the table after that.
     @inlinable
-    mutating func takeAllWaiting() -> [UnsafeContinuation<Void, Never>] {
-        var continuations: [UnsafeContinuation<Void, Never>] = []
-        continuations.reserveCapacity(occupied)
-        for index in slots.indices {
-            if case .waiting(let continuation) = slots[index] {
-                continuations.append(continuation)
-                free(index)
-            }
+    mutating func takeAll() -> WaiterTable {
+        let taken = self
+        self = WaiterTable()
+        return taken
+    }
+
+    /// Resumes every suspended waiter of a taken table. Call with no lock
+    /// held.
+    @inlinable
+    func resumeWaiting() {
+        for slot in slots {
+            if case .waiting(let continuation) = slot { Parking.resume(continuation) }
         }
-        return continuations
     }
 
     @inlinable

@@ -22,18 +22,26 @@
 /// promise cannot go away under its waiters; if nobody is left to complete
 /// it, its waiters wait until their tasks are cancelled.
 public final class BroadcastPromise<Value: Sendable, Failure: Error>: @unchecked Sendable {
-    // Guarded by `lock`. Completion swaps the waiters out and resumes them
-    // after unlocking; no user code runs under the lock.
+    // `result_` and `waiters` are guarded by `lock`. `result_` is written
+    // once, before `completed` is set (release); a reader that sees
+    // `completed` (acquire) may read it without the lock, since it never
+    // changes again. Completion takes the waiter table out and resumes the
+    // waiters after unlocking; no user code runs under the lock.
     @usableFromInline var result_: Result<Value, Failure>?
     @usableFromInline var waiters = WaiterTable()
-    @usableFromInline let lock = Lock()
+    @usableFromInline let block = AtomicBlock(wordCount: 1)
+    @usableFromInline let lock: Lock
+    @usableFromInline let completed: AtomicInt
 
     /// Creates a promise that nobody has completed yet.
     ///
     /// ```swift
     /// let token = BroadcastPromise<String, any Error>()
     /// ```
-    public init() {}
+    public init() {
+        lock = block.lock
+        completed = block.word(0)
+    }
 
     /// Creates a promise of a `Value` that can fail with `Failure`.
     ///
@@ -45,7 +53,7 @@ public final class BroadcastPromise<Value: Sendable, Failure: Error>: @unchecked
     }
 
     deinit {
-        lock.destroy()
+        block.destroy()
     }
 
     // MARK: Completing
@@ -56,7 +64,7 @@ public final class BroadcastPromise<Value: Sendable, Failure: Error>: @unchecked
     /// ```swift
     /// config.succeed(loadedConfig)
     /// ```
-    @discardableResult
+    @inlinable @discardableResult
     public func succeed(_ value: Value) -> Bool {
         complete(.success(value))
     }
@@ -67,12 +75,12 @@ public final class BroadcastPromise<Value: Sendable, Failure: Error>: @unchecked
     /// ```swift
     /// config.fail(.missing)
     /// ```
-    @discardableResult
+    @inlinable @discardableResult
     public func fail(_ error: Failure) -> Bool {
         complete(.failure(error))
     }
 
-    @usableFromInline
+    @inlinable
     func complete(_ outcome: Result<Value, Failure>) -> Bool {
         lock.lock()
         guard result_ == nil else {
@@ -80,10 +88,13 @@ public final class BroadcastPromise<Value: Sendable, Failure: Error>: @unchecked
             return false
         }
         result_ = outcome
-        let continuations = waiters.takeAllWaiting()
-        waiters._checkInvariants()
+        completed.storeRelease(1)
+        // Waiters that have not stored their continuation yet, or that were
+        // cancelled, see the result under the lock and never touch the
+        // table again: it is taken whole.
+        let table = waiters.takeAll()
         lock.unlock()
-        for continuation in continuations { Parking.resume(continuation) }
+        table.resumeWaiting()
         return true
     }
 
@@ -95,7 +106,9 @@ public final class BroadcastPromise<Value: Sendable, Failure: Error>: @unchecked
     /// ```swift
     /// if case .success(let config)? = configPromise.result { use(config) }
     /// ```
+    @inlinable
     public var result: Result<Value, Failure>? {
+        if completed.loadAcquire() != 0 { return result_ }
         lock.lock()
         defer { lock.unlock() }
         return result_
@@ -110,8 +123,10 @@ public final class BroadcastPromise<Value: Sendable, Failure: Error>: @unchecked
     /// ```swift
     /// let config = try await configPromise.value
     /// ```
+    @inlinable
     public var value: Value {
         get async throws {
+            if let outcome = completedResult() { return try outcome.get() }
             lock.lock()
             if let outcome = result_ {
                 lock.unlock()
@@ -126,11 +141,18 @@ public final class BroadcastPromise<Value: Sendable, Failure: Error>: @unchecked
             } onCancel: {
                 self.cancelWaiter(at: slot)
             }
-            return try collect(at: slot)
+            if let outcome = completedResult() { return try outcome.get() }
+            return try leaveCancelled(at: slot)
         }
     }
 
-    @usableFromInline
+    /// The result without the lock, once completed.
+    @inlinable
+    func completedResult() -> Result<Value, Failure>? {
+        completed.loadAcquire() != 0 ? result_ : nil
+    }
+
+    @inlinable
     func store(_ continuation: UnsafeContinuation<Void, Never>, at slot: Int) {
         lock.lock()
         if result_ == nil && waiters.store(continuation, at: slot) {
@@ -143,32 +165,29 @@ public final class BroadcastPromise<Value: Sendable, Failure: Error>: @unchecked
 
     /// The cancellation handler: takes no lock but ours, and resumes after
     /// releasing it.
-    @usableFromInline
+    @inlinable
     func cancelWaiter(at slot: Int) {
         lock.lock()
-        let continuation = waiters.cancel(at: slot)
+        let continuation = result_ == nil ? waiters.cancel(at: slot) : nil
         lock.unlock()
         if let continuation { Parking.resume(continuation) }
     }
 
-    @usableFromInline
-    func collect(at slot: Int) throws -> Value {
+    /// Resumed, and not completed when it looked: it was cancelled. Frees
+    /// its slot and throws, unless completion came first after all (then
+    /// the table, its slot included, is gone, and it gets the result).
+    @inlinable
+    func leaveCancelled(at slot: Int) throws -> Value {
         lock.lock()
-        if waiters.collectCancelled(at: slot) {
-            waiters._checkInvariants()
+        if let outcome = result_ {
             lock.unlock()
-            throw CancellationError()
+            return try outcome.get()
         }
-        if case .reserved = waiters.slots[slot] {
-            waiters.free(slot)  // completed before the waiter could store itself
-        }
+        let wasCancelled = waiters.collectCancelled(at: slot)
         waiters._checkInvariants()
-        guard let outcome = result_ else {
-            lock.unlock()
-            internalInconsistency("a promise waiter resumed without a result")
-        }
         lock.unlock()
-        return try outcome.get()
+        if !wasCancelled { internalInconsistency("a promise waiter resumed while neither completed nor cancelled") }
+        throw CancellationError()
     }
 }
 

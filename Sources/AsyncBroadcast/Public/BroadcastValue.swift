@@ -32,7 +32,7 @@ public final class BroadcastValue<Value: Sendable, Failure: Error>: AsyncSequenc
 
     @usableFromInline let storage: ValueStorage<Value, Failure>
 
-    @usableFromInline
+    @inlinable
     init(initial: Value) {
         storage = ValueStorage(value: initial)
     }
@@ -43,6 +43,7 @@ public final class BroadcastValue<Value: Sendable, Failure: Error>: AsyncSequenc
     /// let connection = BroadcastValue(ConnectionState.connecting, throwing: ConnectionError.self)
     /// connection.finish(throwing: .refused)
     /// ```
+    @inlinable
     public convenience init(_ initial: Value, throwing: Failure.Type) {
         self.init(initial: initial)
     }
@@ -162,6 +163,7 @@ extension BroadcastValue where Failure == Never {
     /// let isOnline = BroadcastValue(false)
     /// isOnline.send(true)
     /// ```
+    @inlinable
     public convenience init(_ initial: Value) {
         self.init(initial: initial)
     }

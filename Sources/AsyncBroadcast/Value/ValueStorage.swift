@@ -23,7 +23,7 @@ final class ValueStorage<Value: Sendable, Failure: Error>: @unchecked Sendable {
     /// code gets it too), else `nil`: every send is a change.
     @usableFromInline let isEqual: ((Value, Value) -> Bool)?
 
-    @usableFromInline
+    @inlinable
     init(value: Value) {
         state = ValueState(value: value)
         lock = ReentrantCallGuardedLock(
@@ -56,44 +56,43 @@ final class ValueStorage<Value: Sendable, Failure: Error>: @unchecked Sendable {
 
     @inlinable
     func send(_ newValue: Value) {
-        withState { state, effects in
-            guard state.terminal == nil else {
-                effects.release(newValue)
-                return
-            }
-            if let isEqual, lock.runningUserCode({ isEqual(state.value, newValue) }) {
-                effects.release(newValue)
-                return
-            }
+        // Returned out of the critical section, so that the value this send
+        // replaces (or `newValue`, if it changes nothing) is released after
+        // the lock, without recording it in `Effects`.
+        let released: Value? = withState { state, effects in
+            guard state.terminal == nil else { return nil }
+            if let isEqual, lock.runningUserCode({ isEqual(state.value, newValue) }) { return nil }
             var replaced = newValue
             swap(&state.value, &replaced)
-            effects.release(replaced)
             state.changed(effects: &effects)
+            return replaced
         }
+        _ = consume released
     }
 
     @inlinable
     func update<R, E: Error>(_ body: (inout Value) throws(E) -> R) throws(E) -> R {
-        let result: Result<R, E> = withState { state, effects in
-            // Kept until after the lock: compared below, and released
-            // unlocked if the body replaced it.
+        // `previous` is kept until after the lock: compared below, and
+        // released unlocked if the body replaced it.
+        let (result, previous): (Result<R, E>, Value) = withState { state, effects in
             let previous = state.value
-            defer { effects.release(previous) }
             guard state.terminal == nil else {
                 // Final: the body runs on a copy that is then discarded.
                 var copy = previous
-                defer { effects.release(copy) }
-                return lock.runningUserCode { () -> Result<R, E> in
+                let outcome = lock.runningUserCode { () -> Result<R, E> in
                     do throws(E) { return .success(try body(&copy)) } catch { return .failure(error) }
                 }
+                effects.release(copy)
+                return (outcome, previous)
             }
             let outcome = lock.runningUserCode { () -> Result<R, E> in
                 do throws(E) { return .success(try body(&state.value)) } catch { return .failure(error) }
             }
-            if let isEqual, lock.runningUserCode({ isEqual(previous, state.value) }) { return outcome }
+            if let isEqual, lock.runningUserCode({ isEqual(previous, state.value) }) { return (outcome, previous) }
             state.changed(effects: &effects)
-            return outcome
+            return (outcome, previous)
         }
+        _ = consume previous
         return try result.get()
     }
 
