@@ -174,3 +174,148 @@ final class Payload: Sendable {
 }
 
 struct TestError: Error, Equatable { let code: Int }
+
+// MARK: - BroadcastValue and BroadcastPromise helpers
+
+/// Reads `count` values (or until the end) from a `BroadcastValue` subscription.
+func take<Value: Sendable>(
+    _ count: Int, from subscription: BroadcastValue<Value, Never>.Subscription
+) async throws -> [Value] {
+    try await withDeadline("\(count) values") {
+        var iterator = subscription.makeAsyncIterator()
+        var result: [Value] = []
+        while result.count < count, let value = await iterator.next() { result.append(value) }
+        return result
+    }
+}
+
+/// Reads a `BroadcastValue` subscription until it ends.
+func drain<Value: Sendable>(_ subscription: BroadcastValue<Value, Never>.Subscription) async throws -> [Value] {
+    try await withDeadline("end of value subscription") {
+        var result: [Value] = []
+        for await value in subscription { result.append(value) }
+        return result
+    }
+}
+
+/// What a throwing `BroadcastValue` subscription yields, in order.
+enum ValueEvent<Value: Sendable & Equatable>: Equatable, Sendable {
+    case value(Value)
+    case error(TestError)
+    case end
+}
+
+/// Reads until `nil`, recording values and thrown errors (and reading on
+/// after an error, to see what follows it). One more `next()` after the end:
+/// anything but `nil` there is recorded too. Stops after `limit` events.
+func events<Value: Sendable & Equatable>(
+    _ subscription: BroadcastValue<Value, TestError>.Subscription, limit: Int = 1000
+) async throws -> [ValueEvent<Value>] {
+    try await withDeadline("end of throwing value subscription") {
+        var iterator = subscription.makeAsyncIterator()
+        var result: [ValueEvent<Value>] = []
+        while result.count < limit {
+            do throws(TestError) {
+                guard let value = try await iterator.next() else { result.append(.end); break }
+                result.append(.value(value))
+            } catch {
+                result.append(.error(error))
+            }
+        }
+        do throws(TestError) {
+            if let extra = try await iterator.next() { result.append(.value(extra)) }
+        } catch {
+            result.append(.error(error))
+        }
+        return result
+    }
+}
+
+/// Runs `body` on a thread of its own (not the cooperative pool), failing
+/// with `DeadlineExceeded` if it does not return: for calls that would
+/// deadlock if the library held a lock where it must not.
+func onThread<T: Sendable>(_ what: String, _ body: @escaping @Sendable () -> T) async throws -> T {
+    try await withDeadline(what) {
+        let result = Locked<T?>(nil)
+        await withUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
+            Thread.detachNewThread {
+                let value = body()
+                result.value = value
+                continuation.resume()
+            }
+        }
+        return result.value!
+    }
+}
+
+/// Runs `body(0)` ... `body(count - 1)` on `count` threads of their own,
+/// released together (each spins until all have started); returns when all
+/// are done.
+func raceOnThreads(_ count: Int, _ what: String, _ body: @escaping @Sendable (Int) -> Void) async throws {
+    try await withDeadline(what) {
+        let started = Locked(0)
+        let finished = Locked(0)
+        await withUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
+            for index in 0..<count {
+                Thread.detachNewThread {
+                    started.withLock { $0 += 1 }
+                    while started.value < count { sched_yield() }
+                    body(index)
+                    if finished.withLock({ $0 += 1; return $0 }) == count { continuation.resume() }
+                }
+            }
+        }
+    }
+}
+
+/// A weak reference the tests can read from any thread.
+final class WeakBox<Object: AnyObject>: @unchecked Sendable {
+    private struct Reference { weak var object: Object? }
+    private let reference = Locked(Reference())
+    init(_ object: Object? = nil) { reference.withLock { $0.object = object } }
+    var object: Object? {
+        get { reference.withLock { $0.object } }
+        set { reference.withLock { $0.object = newValue } }
+    }
+    var isNil: Bool { object == nil }
+}
+
+/// How a wait on a `BroadcastPromise<_, TestError>` ended.
+enum PromiseOutcome<Value: Sendable & Equatable>: Equatable, Sendable {
+    case success(Value)
+    case failure(TestError)
+    case cancelled
+    case other(String)
+
+    init(_ result: Result<Value, TestError>) {
+        switch result {
+        case .success(let value): self = .success(value)
+        case .failure(let error): self = .failure(error)
+        }
+    }
+}
+
+/// Waits on `promise.value` and reports how it ended.
+func outcome<Value: Sendable & Equatable>(of promise: BroadcastPromise<Value, TestError>) async -> PromiseOutcome<Value> {
+    do {
+        return .success(try await promise.value)
+    } catch let error as TestError {
+        return .failure(error)
+    } catch is CancellationError {
+        return .cancelled
+    } catch {
+        return .other("\(error)")
+    }
+}
+
+/// For exit tests: a body that neither traps nor returns within
+/// `stepDeadline` (a deadlock, a lost wake-up) makes the child process exit
+/// with `code`, chosen as the opposite of what the test expects, so the
+/// test fails instead of hanging the run. A timer, not synchronization.
+func startExitTestWatchdog(exitingWith code: Int32) {
+    Thread.detachNewThread {
+        Thread.sleep(forTimeInterval: stepDeadline)
+        FileHandle.standardError.write(Data("exit test watchdog: no outcome within \(stepDeadline)s\n".utf8))
+        exit(code)
+    }
+}
