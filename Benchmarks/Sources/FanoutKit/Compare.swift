@@ -15,6 +15,10 @@ public struct CompareOptions: Sendable {
     public var deliveries = 1 << 17
     public var churnCycles = 10_000
     public var latencySamples = 300
+    /// Reads per value-read run.
+    public var valueReads = 1_000_000
+    /// Updates (K) per value-update run.
+    public var valueUpdates = 1 << 15
     /// Only workloads whose name contains this (case-insensitive).
     public var filter: String? = nil
     /// Only peers whose name contains one of these comma-separated words (case-insensitive).
@@ -34,6 +38,8 @@ public struct CompareOptions: Sendable {
         o.deliveries = 1 << 12
         o.churnCycles = 200
         o.latencySamples = 20
+        o.valueReads = 10_000
+        o.valueUpdates = 256
         return o
     }
 }
@@ -52,6 +58,8 @@ struct Group {
     var isLatency = false
     /// The lock+AsyncStream reference if it is not in this group (bounded).
     var referenceFrom: String? = nil
+    /// Value and promise workloads: their own table (ValuePromiseTable.swift).
+    var v2: V2Info? = nil
 }
 
 struct Row {
@@ -64,6 +72,10 @@ struct Row {
     var mallocs: Int?
     var error: String?
     var receivedFraction: Double = 1
+    var v2: V2Info? = nil
+    /// BroadcastValue or BroadcastPromise: the peer the others in its cell are compared with.
+    var isOurs = false
+    var allocDivisor = 1
 }
 
 let lockName = LockStreamPeer<Int>.name
@@ -152,6 +164,8 @@ func buildGroups(_ o: CompareOptions) -> [Group] {
         }
         groups.append(Group(workload: "wake-up", n: n, peers: peers, isLatency: true))
     }
+    groups += valueGroups(o)
+    groups += promiseGroups(o)
     if let f = o.filter?.lowercased() {
         groups = groups.filter { $0.workload.lowercased().contains(f) }
     }
@@ -200,6 +214,7 @@ public func runComparison(_ o: CompareOptions) async -> Bool {
         var samples = [Int: [Double]]()
         var p99s = [Int: [Double]]()
         var allocs = [Int: (Double, Int)]()
+        var allocUnits = [Int: Int]()
         var errors = [Int: String]()
         var fractions = [Int: [Double]]()
 
@@ -230,7 +245,10 @@ public func runComparison(_ o: CompareOptions) async -> Bool {
                 for i in active {
                     let r = await run(i, meter)
                     record(i, r, timed: false)
-                    if let c = r.mallocs { allocs[i] = (Double(c) / Double(max(r.units, 1)), c) }
+                    if let c = r.mallocs {
+                        allocs[i] = (Double(c) / Double(max(r.units, 1)), c)
+                        allocUnits[i] = r.units
+                    }
                 }
             }
         }
@@ -240,7 +258,10 @@ public func runComparison(_ o: CompareOptions) async -> Bool {
                 let i = active[(k + rep) % active.count]
                 let r = await run(i, o.smoke ? o.meter : nil)
                 record(i, r, timed: true)
-                if o.smoke, let c = r.mallocs { allocs[i] = (Double(c) / Double(max(r.units, 1)), c) }
+                if o.smoke, let c = r.mallocs {
+                    allocs[i] = (Double(c) / Double(max(r.units, 1)), c)
+                    allocUnits[i] = r.units
+                }
             }
         }
 
@@ -249,10 +270,16 @@ public func runComparison(_ o: CompareOptions) async -> Bool {
                 rows.append(Row(workload: "wake-up p50 (ns)", n: g.n, peer: p.peer,
                                 median: samples[i].map(median), min: samples[i]?.min(), error: errors[i]))
             } else {
-                rows.append(Row(workload: g.workload, n: g.n, peer: p.peer,
-                                median: samples[i].map(median), min: samples[i]?.min(),
-                                allocs: allocs[i]?.0, mallocs: allocs[i]?.1, error: errors[i],
-                                receivedFraction: fractions[i].map(median) ?? 1))
+                var row = Row(workload: g.workload, n: g.n, peer: p.peer,
+                              median: samples[i].map(median), min: samples[i]?.min(),
+                              allocs: allocs[i]?.0, mallocs: allocs[i]?.1, error: errors[i],
+                              receivedFraction: fractions[i].map(median) ?? 1)
+                if let info = g.v2 {
+                    row.v2 = info
+                    row.isOurs = p.peer.hasPrefix("Broadcast")
+                    row.allocDivisor = info.allocsPerN ? g.n : allocUnits[i] ?? 1
+                }
+                rows.append(row)
             }
         }
         if g.isLatency {
@@ -263,12 +290,19 @@ public func runComparison(_ o: CompareOptions) async -> Bool {
         }
     }
 
-    printTable(rows, o)
+    let classic = rows.filter { $0.v2 == nil }
+    let v2 = rows.filter { $0.v2 != nil }
+    if !classic.isEmpty || v2.isEmpty { printTable(classic, o) }
+    if !v2.isEmpty {
+        if !classic.isEmpty { print("") }
+        printV2Table(v2, o)
+    }
     let seconds = Double(nowNanos() - t0) / 1e9
     print("")
     print("Total time: \(fmt(seconds, 1)) s (\(o.smoke ? "smoke" : "full"), \(o.reps) timed run(s) per cell, "
         + "\(o.deliveries) deliveries per throughput run, \(o.churnCycles) churn cycles, "
-        + "\(o.latencySamples) wake-ups per latency run).")
+        + "\(o.latencySamples) wake-ups per latency run, \(o.valueReads) reads per value-read run, "
+        + "\(o.valueUpdates) updates per value-update run).")
     if !failures.isEmpty {
         print("")
         print("WRONG RESULTS:")

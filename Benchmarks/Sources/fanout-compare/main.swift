@@ -4,7 +4,8 @@
 //   swift run -c release --package-path Benchmarks fanout-compare --smoke    # CI: every cell once, small
 //
 // Options: --reps K, --deliveries D (M·N per throughput run), --churn C,
-// --samples S (wake-ups per latency run), --filter TEXT (workload name),
+// --samples S (wake-ups per latency run), --reads R (per value-read run),
+// --updates K (per value-update run), --filter TEXT (workload name),
 // --peer TEXT (peer name), --n N (one subscriber count), --no-allocs.
 //
 // Exits non-zero only if a run delivered a wrong result (count, sum, order):
@@ -32,6 +33,7 @@ let arguments = Array(CommandLine.arguments.dropFirst())
 if arguments.contains("--help") || arguments.contains("-h") {
     print("""
     usage: fanout-compare [--smoke] [--reps K] [--deliveries D] [--churn C] [--samples S]
+                          [--reads R] [--updates K]
                           [--filter TEXT] [--peer TEXT] [--n N] [--no-allocs]
     """)
     exit(0)
@@ -41,6 +43,8 @@ if arguments.contains("--reps") { options.reps = value(after: "--reps") }
 if arguments.contains("--deliveries") { options.deliveries = value(after: "--deliveries") }
 if arguments.contains("--churn") { options.churnCycles = value(after: "--churn") }
 if arguments.contains("--samples") { options.latencySamples = value(after: "--samples") }
+if arguments.contains("--reads") { options.valueReads = value(after: "--reads") }
+if arguments.contains("--updates") { options.valueUpdates = value(after: "--updates") }
 if let i = arguments.firstIndex(of: "--filter"), i + 1 < arguments.count { options.filter = arguments[i + 1] }
 if let i = arguments.firstIndex(of: "--peer"), i + 1 < arguments.count { options.peerFilter = arguments[i + 1] }
 if arguments.contains("--n") { options.onlyN = value(after: "--n") }
