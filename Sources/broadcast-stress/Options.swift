@@ -10,6 +10,8 @@ struct Options: Sendable {
     var producers: Int?
     var subscribers: Int?
     var quiet = false
+    /// Round kinds to run (nil: all, in their usual shares).
+    var kinds: [RoundKind]?
     /// Per-round deadline: a round that has not ended by then fails and the
     /// process exits (hung tasks cannot be cancelled).
     var deadline: Double = 20
@@ -17,14 +19,20 @@ struct Options: Sendable {
     static let usage = """
     usage: broadcast-stress [--seconds N] [--rounds N] [--seed S] [--round-seed S]
                             [--producers N] [--subscribers N] [--deadline SECONDS] [--quiet]
+                            [--kinds sequence,value,promise]
 
       --seconds N       time budget (default 10 unless --rounds is given)
       --rounds N        stop after N rounds
       --seed S          master seed (decimal or 0x-hex): replays the exact round sequence
       --round-seed S    run every round with this round seed (replay one failing round)
-      --producers N     producers per round (default: random 1...8)
-      --subscribers N   subscribers per round, besides the witness (default: random 1...64)
+      --producers N     producers per round (default: random 1...8; value rounds 1...6;
+                        promise rounds: completers, 1...6)
+      --subscribers N   subscribers per round, besides the witness (default: random 1...64;
+                        value rounds 1...48; promise rounds: waiters, 1...10000)
       --deadline S      seconds a round may take before it fails as hung (default 20)
+      --kinds K,...     only these round kinds (default: all; about 75% sequence,
+                        15% BroadcastValue, 10% BroadcastPromise rounds); a
+                        --round-seed replay needs the same --kinds
       --quiet           print only the seed, failures and the summary
     """
 
@@ -69,6 +77,17 @@ struct Options: Sendable {
             case "--producers": options.producers = try positiveInt(argument)
             case "--subscribers": options.subscribers = try positiveInt(argument)
             case "--quiet", "-q": options.quiet = true
+            case "--kinds", "--kind":
+                let text = try value(argument)
+                var kinds: [RoundKind] = []
+                for name in text.split(separator: ",") {
+                    guard let kind = RoundKind(rawValue: String(name)) else {
+                        throw .message("\(argument): expected a comma-separated list of sequence, value, promise; got '\(text)'")
+                    }
+                    if !kinds.contains(kind) { kinds.append(kind) }
+                }
+                guard !kinds.isEmpty else { throw .message("\(argument): expected at least one kind") }
+                options.kinds = kinds
             case "--help", "-h": throw .message(usage)
             default: throw .message("unknown argument '\(argument)'\n\(usage)")
             }

@@ -13,6 +13,7 @@ struct StressRunner {
         if let producers = options.producers { budget.append("\(producers) producers") }
         if let subscribers = options.subscribers { budget.append("\(subscribers) subscribers") }
         if let roundSeed = options.roundSeed { budget.append("every round with round seed \(hex(roundSeed))") }
+        if let kinds = options.kinds { budget.append("kinds \(kinds.map(\.rawValue).joined(separator: ","))") }
         budget.append("deadline \(formatSeconds(options.deadline)) per round")
         say(budget.joined(separator: ", "))
         watchdog.start()
@@ -20,6 +21,7 @@ struct StressRunner {
         var rng = SplitMix64(seed: masterSeed)
         var passed = 0
         var failed = 0
+        var byKind: [RoundKind: (rounds: Int, seconds: Double)] = [:]
         var round = 0
         let start = monotonicSeconds()
         var lastLine = start
@@ -31,15 +33,18 @@ struct StressRunner {
             if let seconds = options.seconds, monotonicSeconds() - start >= seconds { break }
             round += 1
             let roundSeed = options.roundSeed ?? rng.next()
-            let plan = RoundPlan.generate(seed: roundSeed, options: options)
+            let plan = StressRound.generate(seed: roundSeed, options: options)
+            let kinds = options.kinds.map { " --kinds " + $0.map(\.rawValue).joined(separator: ",") } ?? ""
             let header = ["FAIL round \(round): seed \(hex(masterSeed)) round-seed \(hex(roundSeed))",
-                          "  replay: --seed \(hex(masterSeed)) --rounds \(round) (this sequence of rounds), or --round-seed \(hex(roundSeed)) (this round's parameters)",
+                          "  replay: --seed \(hex(masterSeed)) --rounds \(round)\(kinds) (this sequence of rounds), or --round-seed \(hex(roundSeed))\(kinds) (this round's parameters)",
                           "  round: \(plan.summary)"]
                 + plan.details.map { "    " + $0 }
             watchdog.setTotals(passed: passed, failed: failed)
 
             let report = await RoundRunner.run(plan, header: header, options: options)
             let rss = residentMemoryBytes() ?? 0
+            byKind[plan.kind, default: (0, 0)].rounds += 1
+            byKind[plan.kind, default: (0, 0)].seconds += report.duration
             memory.record(rss, round: round, elapsed: monotonicSeconds() - start)
 
             if report.violations.isEmpty {
@@ -67,6 +72,9 @@ struct StressRunner {
             say("FAIL memory: resident memory kept growing across rounds (seed \(hex(masterSeed)))")
         }
         say("coverage: \(Coverage.summary)")
+        say("rounds by kind: " + RoundKind.allCases.compactMap { kind in
+            byKind[kind].map { "\(kind.rawValue) \($0.rounds) (\(formatSeconds($0.seconds)))" }
+        }.joined(separator: ", "))
         say("\(round) rounds in \(formatSeconds(elapsed)), seed \(hex(masterSeed))")
         say("\(passed) passed, \(failed) failed")
         return failed == 0 ? 0 : 1

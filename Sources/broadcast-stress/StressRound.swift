@@ -1,0 +1,80 @@
+/// What a round exercises.
+enum RoundKind: String, Sendable, CaseIterable {
+    case sequence, value, promise
+
+    /// Share of rounds: sequence rounds keep most of the time.
+    var weight: Int {
+        switch self {
+        case .sequence: return 75
+        case .value: return 15
+        case .promise: return 10
+        }
+    }
+
+    /// The kind of round `seed` runs. Drawn from its own stream, so a
+    /// sequence round's plan (from the same seed) is what it always was;
+    /// with `--kinds`, a seed whose kind is excluded draws again among the
+    /// allowed ones (so `--round-seed` replays need the same `--kinds`).
+    static func of(seed: UInt64, allowed: [RoundKind]?) -> RoundKind {
+        var rng = SplitMix64(seed: seed ^ 0xB10A_DCA5_7000_0001)
+        let all = RoundKind.allCases
+        let natural = all[rng.weighted(all.map(\.weight))]
+        guard let allowed, !allowed.isEmpty, !allowed.contains(natural) else { return natural }
+        return allowed[rng.weighted(allowed.map(\.weight))]
+    }
+}
+
+/// One round's plan, of any kind.
+enum StressRound: Sendable {
+    case sequence(RoundPlan)
+    case value(ValueRoundPlan)
+    case promise(PromiseRoundPlan)
+
+    static func generate(seed: UInt64, options: Options) -> StressRound {
+        switch RoundKind.of(seed: seed, allowed: options.kinds) {
+        case .sequence: return .sequence(RoundPlan.generate(seed: seed, options: options))
+        case .value: return .value(ValueRoundPlan.generate(seed: seed, options: options))
+        case .promise: return .promise(PromiseRoundPlan.generate(seed: seed, options: options))
+        }
+    }
+
+    var kind: RoundKind {
+        switch self {
+        case .sequence: return .sequence
+        case .value: return .value
+        case .promise: return .promise
+        }
+    }
+
+    var summary: String {
+        switch self {
+        case .sequence(let plan): return plan.summary
+        case .value(let plan): return plan.summary
+        case .promise(let plan): return plan.summary
+        }
+    }
+
+    var details: [String] {
+        switch self {
+        case .sequence(let plan): return plan.details
+        case .value(let plan): return plan.details
+        case .promise(let plan): return plan.details
+        }
+    }
+}
+
+extension RoundRunner {
+    static func run(_ round: StressRound, header: [String], options: Options) async -> RoundReport {
+        switch round {
+        case .sequence(let plan):
+            return await run(plan, header: header, options: options)
+        case .value(let plan):
+            if plan.equatable {
+                return await ValueRoundRunner<EqValue>.run(plan, header: header, options: options)
+            }
+            return await ValueRoundRunner<PlainValue>.run(plan, header: header, options: options)
+        case .promise(let plan):
+            return await PromiseRoundRunner.run(plan, header: header, options: options)
+        }
+    }
+}
