@@ -19,6 +19,7 @@ checks=(
     "DROP_EMIT         sched a served emit claims success but delivers nothing"
     "VALUE_SKIP_WAKE   value a BroadcastValue change never wakes its parked readers"
     "VALUE_DUPLICATE   value a BroadcastValue reader can return the same change twice"
+    "VALUE_EQUAL_IS_CHANGE value a BroadcastValue send or update that leaves the value equal is a change"
 )
 
 failed=0

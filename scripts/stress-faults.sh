@@ -6,14 +6,14 @@
 # (non-zero exit). Also runs the unfaulted build as a control, which must
 # pass (a checker that always fails proves nothing either).
 #
-#   bash scripts/stress-faults.sh                   # the seven faults below
+#   bash scripts/stress-faults.sh                   # the nine faults below
 #   bash scripts/stress-faults.sh DROP_EMIT         # any fault names
 #
 # The faults: BroadcastSequence (SKIP_WAKE, LEAK_SUBSCRIBER,
 # MISCOUNT_EVICTION, DROP_EMIT), caught by the sequence rounds;
-# BroadcastValue (VALUE_SKIP_WAKE, VALUE_DUPLICATE), caught by the value
-# rounds; BroadcastPromise (PROMISE_LEAK_CANCELLED), caught by the promise
-# rounds. Every run uses the normal mix of round kinds.
+# BroadcastValue (VALUE_SKIP_WAKE, VALUE_DUPLICATE, VALUE_EQUAL_IS_CHANGE),
+# caught by the value rounds; BroadcastPromise (PROMISE_LEAK_CANCELLED,
+# PROMISE_DOUBLE_COMPLETE), caught by the promise rounds. Every run uses the normal mix of round kinds.
 #
 # Environment: STRESS_FAULT_SECONDS (budget per run, default 20),
 # STRESS_FAULT_DEADLINE (per-round deadline, default 10), STRESS_SEED (master
@@ -29,7 +29,8 @@ seed_args=()
 [[ -n "${STRESS_SEED:-}" ]] && seed_args=(--seed "$STRESS_SEED")
 faults=("$@")
 [[ ${#faults[@]} -eq 0 ]] && faults=(SKIP_WAKE LEAK_SUBSCRIBER MISCOUNT_EVICTION DROP_EMIT
-                                    VALUE_SKIP_WAKE VALUE_DUPLICATE PROMISE_LEAK_CANCELLED)
+                                    VALUE_SKIP_WAKE VALUE_DUPLICATE PROMISE_LEAK_CANCELLED
+                                    VALUE_EQUAL_IS_CHANGE PROMISE_DOUBLE_COMPLETE)
 # Generous outer bound: the stress tool enforces its own deadline and exits.
 hard_limit=$(( budget + 3 * deadline + 60 ))
 

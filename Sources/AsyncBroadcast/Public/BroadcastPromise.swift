@@ -83,7 +83,7 @@ public final class BroadcastPromise<Value: Sendable, Failure: Error>: @unchecked
     @inlinable
     func complete(_ outcome: Result<Value, Failure>) -> Bool {
         lock.lock()
-        guard result_ == nil else {
+        guard result_ == nil || Fault.promiseDoubleComplete else {
             lock.unlock()
             return false
         }

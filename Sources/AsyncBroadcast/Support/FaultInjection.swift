@@ -71,4 +71,23 @@ enum Fault {
         return false
         #endif
     }
+
+    /// `BroadcastValue` never compares: an equal send or update is a change.
+    @inlinable static var valueEqualIsChange: Bool {
+        #if ASYNCBROADCAST_FAULT_VALUE_EQUAL_IS_CHANGE
+        return true
+        #else
+        return false
+        #endif
+    }
+
+    /// A later `succeed`/`fail` also wins: it returns `true` and replaces
+    /// the result.
+    @inlinable static var promiseDoubleComplete: Bool {
+        #if ASYNCBROADCAST_FAULT_PROMISE_DOUBLE_COMPLETE
+        return true
+        #else
+        return false
+        #endif
+    }
 }

@@ -30,7 +30,7 @@ final class ValueStorage<Value: Sendable, Failure: Error>: @unchecked Sendable {
             mutex: block.lock, owner: block.word(0),
             misuseMessage: "BroadcastValue called back from inside its own update body or Value.== (both run under its lock; the call would deadlock)")
         finishedHint = block.word(1)
-        isEqual = EqualityWitness.comparator(for: Value.self)
+        isEqual = Fault.valueEqualIsChange ? nil : EqualityWitness.comparator(for: Value.self)
     }
 
     deinit {
