@@ -18,6 +18,8 @@
 /// outcome (`CancellationError`). Completion takes the whole table
 /// (`takeAll()`) and resumes its `waiting` slots; from then on waiters see
 /// the result under the promise's lock and never touch a table again.
+/// Callers check, under the promise's lock, that the promise is not
+/// completed before they touch a slot: after completion the table is empty.
 /// Invariants: the free list links exactly the `free` slots; `occupied`
 /// counts the others.
 @usableFromInline
@@ -85,7 +87,7 @@ struct WaiterTable {
             slots[index] = .cancelled
             return nil
         case .free, .cancelled:
-            return nil  // already completed (and freed), or cancelled
+            return nil  // unreachable while the caller checks `result_ == nil`; harmless
         }
     }
 

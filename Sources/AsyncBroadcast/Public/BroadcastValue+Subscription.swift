@@ -35,7 +35,10 @@ extension BroadcastValue {
         }
 
         /// Ends this subscriber now: it leaves the value, and `next()`
-        /// returns `nil` (also to a consumer waiting in it). Idempotent.
+        /// returns `nil` (also to a consumer waiting in it). Idempotent:
+        /// later calls return at once; a call made while another thread's
+        /// first call is still running returns before that call has
+        /// finished.
         ///
         /// ```swift
         /// subscription.cancel()
