@@ -52,20 +52,9 @@ extension BroadcastValue {
             public typealias Element = Value
 
             @usableFromInline let subscription: Subscription
-            /// Calls left before the next look at the task's cancellation.
-            @usableFromInline var callsUntilCancellationCheck = 0
+            @usableFromInline var cancellationCheck = CancellationCheckCountdown()
 
             @usableFromInline init(subscription: Subscription) { self.subscription = subscription }
-
-            @inlinable
-            mutating func shouldCheckCancellation() -> Bool {
-                if callsUntilCancellationCheck > 0 {
-                    callsUntilCancellationCheck -= 1
-                    return false
-                }
-                callsUntilCancellationCheck = 31
-                return true
-            }
 
             /// The latest value this subscriber has not returned yet, waiting
             /// for a change if there is none; `nil` once it has ended.
@@ -82,14 +71,14 @@ extension BroadcastValue {
             @inlinable
             public mutating func next() async throws(Failure) -> Value? {
                 try await subscription.core.next(isolation: nil as (any Actor)?,
-                                                 checkCancellation: shouldCheckCancellation())
+                                                 checkCancellation: cancellationCheck.isDue())
             }
 
             /// Like ``next()``, but runs on `actor` without hopping off it: a
             /// `@MainActor` loop stays on the main actor.
             @inlinable
             public mutating func next(isolation actor: isolated (any Actor)?) async throws(Failure) -> Value? {
-                try await subscription.core.next(isolation: actor, checkCancellation: shouldCheckCancellation())
+                try await subscription.core.next(isolation: actor, checkCancellation: cancellationCheck.isDue())
             }
         }
     }

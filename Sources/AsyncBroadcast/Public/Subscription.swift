@@ -52,20 +52,9 @@ extension BroadcastSequence {
         /// Reads a ``Subscription``'s buffer, suspending while it is empty.
         public struct AsyncIterator: AsyncIteratorProtocol {
             @usableFromInline let subscription: Subscription
-            /// Calls left before the next look at the task's cancellation.
-            @usableFromInline var callsUntilCancellationCheck = 0
+            @usableFromInline var cancellationCheck = CancellationCheckCountdown()
 
             @usableFromInline init(subscription: Subscription) { self.subscription = subscription }
-
-            @inlinable
-            mutating func shouldCheckCancellation() -> Bool {
-                if callsUntilCancellationCheck > 0 {
-                    callsUntilCancellationCheck -= 1
-                    return false
-                }
-                callsUntilCancellationCheck = 31
-                return true
-            }
 
             /// The next element, or `nil` once the subscriber has ended.
             ///
@@ -80,7 +69,7 @@ extension BroadcastSequence {
             /// the cancellation.
             @inlinable
             public mutating func next() async throws(Failure) -> Element? {
-                try await subscription.core.next(isolation: nil as (any Actor)?, checkCancellation: shouldCheckCancellation())
+                try await subscription.core.next(isolation: nil as (any Actor)?, checkCancellation: cancellationCheck.isDue())
             }
 
             /// Like ``next()``, but runs on `actor` without hopping off it:
@@ -93,7 +82,7 @@ extension BroadcastSequence {
             /// this method directly works on every supported system.
             @inlinable
             public mutating func next(isolation actor: isolated (any Actor)?) async throws(Failure) -> Element? {
-                try await subscription.core.next(isolation: actor, checkCancellation: shouldCheckCancellation())
+                try await subscription.core.next(isolation: actor, checkCancellation: cancellationCheck.isDue())
             }
         }
     }
