@@ -34,7 +34,7 @@ struct BroadcastPromisePeer: PromisePeer {
 
 // MARK: An actor with checked continuations
 
-/// The usual hand-written one-shot result (as given in issue 10), plus a
+/// The usual hand-written one-shot result (an actor over checked continuations), plus a
 /// waiter count for the harness.
 public actor SingleOutput<Value: Sendable> {
     private var result: Result<Value, Error>?

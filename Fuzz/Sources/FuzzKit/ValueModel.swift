@@ -3,8 +3,8 @@ import AsyncBroadcast
 // A reference model of one BroadcastValue, written for clarity: the current
 // value (as a key: `[Int]`, see `FuzzValue.key` in fuzz-value), a version
 // number that counts changes, and per subscriber the version it returned
-// last. It follows the contract in the DocC catalog and issue 10's decided
-// semantics; where the contract leaves a choice to the implementation and
+// last. It follows the contract in the DocC catalog (Semantics.md, "Current
+// values"); where the contract leaves a choice to the implementation and
 // the choice is observable, the model makes the library's choice and says
 // so ("implementation choice").
 
