@@ -28,7 +28,7 @@ extension BroadcastValue.Subscription {
     @_spi(Testing)
     public func poll() -> BroadcastSequence<Value, Failure>.Subscription.PollResult {
         switch core.poll() {
-        case .value(let value): return .element(value)
+        case .element(let value): return .element(value)
         case .empty: return .empty
         case .end: return .end
         case .failure(let error): return .failure(error)

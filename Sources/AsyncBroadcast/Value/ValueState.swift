@@ -5,19 +5,6 @@ enum ValueTerminal<Failure: Error> {
     case failed(Failure)
 }
 
-/// What a reader takes from the value in one step.
-@usableFromInline
-enum ValueTake<Value, Failure: Error> {
-    /// A change this reader has not seen: the latest value.
-    case value(Value)
-    /// Nothing new yet: the reader is now on the parked list and may park.
-    case empty
-    /// The subscriber has ended (`nil` from `next()`).
-    case end
-    /// The value failed: thrown once, then `.end`.
-    case failure(Failure)
-}
-
 /// The state of one `BroadcastValue`, guarded by its storage's lock.
 ///
 /// Conflation is by version: `version` counts the changes so far (starting
@@ -140,11 +127,12 @@ struct ValueState<Value: Sendable, Failure: Error> {
 
     // MARK: Reading
 
-    /// The reader's step: the latest unseen value, the end, or `.empty`
-    /// (and then it is on the parked list).
+    /// The reader's step (a `PollOutcome`, as for a sequence subscriber):
+    /// the latest unseen value, the end, the error once, or `.empty` (and
+    /// then, when `preparingToPark`, it is on the parked list).
     @inlinable
     mutating func take(for subscriber: ValueSubscriber<Value, Failure>,
-                       preparingToPark: Bool = true) -> ValueTake<Value, Failure> {
+                       preparingToPark: Bool = true) -> PollOutcome<Value, Failure> {
         if subscriber.ended { return .end }
         if subscriber.seen != version {
             if Fault.valueDuplicate {
@@ -154,7 +142,7 @@ struct ValueState<Value: Sendable, Failure: Error> {
                 subscriber.seen = version
             }
             if terminal != nil && subscriber.seen == version { unregister(subscriber) }
-            return .value(value)
+            return .element(value)
         }
         if let terminal {
             subscriber.ended = true

@@ -127,7 +127,7 @@ final class ValueStorage<Value: Sendable, Failure: Error>: @unchecked Sendable {
     }
 
     @inlinable
-    func take(for subscriber: ValueSubscriber<Value, Failure>, preparingToPark: Bool = true) -> ValueTake<Value, Failure> {
+    func take(for subscriber: ValueSubscriber<Value, Failure>, preparingToPark: Bool = true) -> PollOutcome<Value, Failure> {
         withState { state, _ in state.take(for: subscriber, preparingToPark: preparingToPark) }
     }
 

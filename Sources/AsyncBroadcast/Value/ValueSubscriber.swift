@@ -84,23 +84,23 @@ final class ValueSubscriber<Value: Sendable, Failure: Error>: @unchecked Sendabl
     /// One step, holding the consumer slot. With `preparingToPark`, an
     /// `.empty` result leaves the reader on the parked list.
     @inlinable
-    func take(preparingToPark: Bool = true) -> ValueTake<Value, Failure> {
+    func take(preparingToPark: Bool = true) -> PollOutcome<Value, Failure> {
         guard let storage else { return takeSnapshot() }
         return storage.take(for: self, preparingToPark: preparingToPark)
     }
 
     /// A non-suspending step (the `poll()` SPI).
     @usableFromInline
-    func poll() -> ValueTake<Value, Failure> {
+    func poll() -> PollOutcome<Value, Failure> {
         claimConsumer()
         defer { releaseConsumer() }
         return take(preparingToPark: false)
     }
 
     @inlinable
-    func takeSnapshot() -> ValueTake<Value, Failure> {
+    func takeSnapshot() -> PollOutcome<Value, Failure> {
         if cancelRequested.loadAcquire() != 0 { return .end }
-        if let value = snapshot.take() { return .value(value) }
+        if let value = snapshot.take() { return .element(value) }
         guard let terminal = snapshotTerminal.take() else { return .end }
         switch terminal {
         case .finished: return .end
@@ -118,7 +118,7 @@ final class ValueSubscriber<Value: Sendable, Failure: Error>: @unchecked Sendabl
             return nil
         }
         switch take() {
-        case .value(let value):
+        case .element(let value):
             releaseConsumer()
             return value
         case .end:
@@ -150,7 +150,7 @@ final class ValueSubscriber<Value: Sendable, Failure: Error>: @unchecked Sendabl
                 return nil
             }
             switch take() {
-            case .value(let value): return value
+            case .element(let value): return value
             case .end: return nil
             case .failure(let error): throw error
             case .empty: continue
