@@ -34,3 +34,29 @@ extension BroadcastSequence.Subscription {
         case failure(Failure)
     }
 }
+
+/// A snapshot of a shared sequence's upstream bookkeeping (tests only).
+@_spi(Testing)
+public struct SharingCounters: Sendable, Equatable {
+    /// Runs started: upstream tasks launched, or `register` calls.
+    public var starts = 0
+    /// Runs stopped: tasks cancelled, or unregister closures called. Every
+    /// run is stopped once it is over, so this reaches `starts`.
+    public var stops = 0
+    /// Upstream tasks launched that have not returned yet.
+    public var liveUpstreamTasks = 0
+    /// `whileSubscribed(stopAfter:)` timer tasks launched that have not returned yet.
+    public var liveTimerTasks = 0
+    /// A run is starting or running.
+    public var isRunning = false
+    /// The last subscriber left and the stop waits for its delay.
+    public var isStopPending = false
+
+    public init() {}
+}
+
+extension BroadcastSequence {
+    /// The upstream bookkeeping of a shared sequence (all zero for a plain one).
+    @_spi(Testing)
+    public var sharingCounters: SharingCounters { storage.sharingCounters }
+}

@@ -56,6 +56,14 @@ public final class BroadcastSequence<Element: Sendable, Failure: Error>: AsyncSe
         storage = BroadcastStorage(defaultPolicy: bufferingPolicy, replay: replay)
     }
 
+    /// A shared sequence (see `BroadcastSequence+Sharing.swift`).
+    init(bufferingPolicy: BufferingPolicy, replay: Int, sharing: Sharing<Element, Failure>) {
+        if replay < 0 { misuse("replay must not be negative (got \(replay))") }
+        bufferingPolicy.validate(argument: "bufferingPolicy")
+        storage = BroadcastStorage(defaultPolicy: bufferingPolicy, replay: replay, sharing: sharing)
+        if case .eagerly = sharing.start.mode { storage.startSharing() }
+    }
+
     /// Creates a broadcast sequence of `Element` values that can fail with `Failure`.
     ///
     /// ```swift

@@ -45,11 +45,20 @@ struct BroadcastState<Element: Sendable, Failure: Error>: ~Copyable {
     /// Outcomes of queued emits decided before their continuation was stored.
     @usableFromInline var decidedEmits: [Int: EmitOutcome] = [:]
     @usableFromInline var nextEmitID = 0
+    /// `subscribers.count`, published for lock-free readers
+    /// (`subscriberCount`, `subscriberCounts`).
+    @usableFromInline let registeredCount: AtomicInt
+    /// The upstream lifecycle of a shared sequence (`nil` for a plain one).
+    @usableFromInline var sharing: SharingState?
+    /// Behind `subscriberCounts`, created at its first use.
+    @usableFromInline var counts: BroadcastValue<Int, Never>?
 
     @inlinable
-    init(replayLimit: Int, parkedConsumers: AtomicInt) {
+    init(replayLimit: Int, parkedConsumers: AtomicInt, registeredCount: AtomicInt, sharing: SharingState?) {
         self.replayLimit = replayLimit
         self.parkedConsumers = parkedConsumers
+        self.registeredCount = registeredCount
+        self.sharing = sharing
         self.replay = RingBuffer(initialCapacity: Swift.min(replayLimit, 16))
     }
 
@@ -79,6 +88,7 @@ struct BroadcastState<Element: Sendable, Failure: Error>: ~Copyable {
         } else {
             subscriber.registryIndex = subscribers.count
             subscribers.append(.passRetained(subscriber))
+            registeredCount.storeRelease(subscribers.count)
             if overFilled { markFull(subscriber) }  // replay can fill a `.bounded` subscriber
         }
     }
@@ -102,6 +112,7 @@ struct BroadcastState<Element: Sendable, Failure: Error>: ~Copyable {
                 subscribers[index] = last
                 last._withUnsafeGuaranteedRef { $0.registryIndex = index }
             }
+            registeredCount.storeRelease(subscribers.count)
             // The caller holds `subscriber`, so this cannot be the last
             // reference: no deinit (and no element release) runs here.
             Unmanaged.passUnretained(subscriber).release()
@@ -237,6 +248,7 @@ struct BroadcastState<Element: Sendable, Failure: Error>: ~Copyable {
     mutating func finish(_ event: Terminal, effects: inout Effects<Element>) {
         guard terminal == nil else { return }
         terminal = event
+        sharing?.sequenceEnded()
         while !emitters.isEmpty {
             decide(emitters.removeFirst(), .delivered(.finished), effects: &effects)
         }
@@ -268,6 +280,9 @@ struct BroadcastState<Element: Sendable, Failure: Error>: ~Copyable {
         internalInvariant(replay.count <= replayLimit, "replay holds \(replay.count) > \(replayLimit)")
         replay._checkInvariants()
         internalInvariant(emitters.allSatisfy { decidedEmits[$0.id] == nil }, "a queued emit is also decided")
+        internalInvariant(registeredCount.loadRelaxed() == subscribers.count,
+                          "published count \(registeredCount.loadRelaxed()) != \(subscribers.count) subscribers")
+        _checkSharingInvariants()
     }
 
     // MARK: Full `.bounded` subscribers

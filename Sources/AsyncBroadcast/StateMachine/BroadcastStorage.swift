@@ -21,13 +21,23 @@ final class BroadcastStorage<Element: Sendable, Failure: Error>: @unchecked Send
     /// Readers that are parked or about to park (see `Parking`): a send
     /// looks for them only when this is non-zero.
     @usableFromInline let parkedConsumers: AtomicInt
+    /// `state.subscribers.count`, readable without the lock.
+    @usableFromInline let registeredCount: AtomicInt
+    /// What feeds a shared sequence (`nil` for a plain one). Read without
+    /// the lock: it never changes.
+    let source: SharedSource<Element, Failure>?
 
     @usableFromInline
-    init(defaultPolicy: BroadcastBufferingPolicy, replay: Int) {
+    init(defaultPolicy: BroadcastBufferingPolicy, replay: Int, sharing: Sharing<Element, Failure>? = nil) {
         self.defaultPolicy = defaultPolicy
         let parkedConsumers = AtomicInt(0)
+        let registeredCount = AtomicInt(0)
         self.parkedConsumers = parkedConsumers
-        self.state = BroadcastState(replayLimit: replay, parkedConsumers: parkedConsumers)
+        self.registeredCount = registeredCount
+        self.source = sharing?.source
+        self.state = BroadcastState(
+            replayLimit: replay, parkedConsumers: parkedConsumers, registeredCount: registeredCount,
+            sharing: sharing.map { SharingState(mode: $0.start.mode, runsAreTasks: $0.source.runsAreTasks) })
     }
 
     deinit {
@@ -35,6 +45,7 @@ final class BroadcastStorage<Element: Sendable, Failure: Error>: @unchecked Send
         emittersWaiting.destroy()
         pool.destroy()
         parkedConsumers.destroy()
+        registeredCount.destroy()
     }
 
     /// Every transition of the sequence goes through here: `body` runs under
@@ -56,7 +67,7 @@ final class BroadcastStorage<Element: Sendable, Failure: Error>: @unchecked Send
     // MARK: Queries
 
     @usableFromInline
-    var subscriberCount: Int { lock.withLock { state.subscribers.count } }
+    var subscriberCount: Int { registeredCount.loadAcquire() }
     @usableFromInline
     var isFinished: Bool { lock.withLock { state.terminal != nil } }
     @usableFromInline
@@ -68,16 +79,24 @@ final class BroadcastStorage<Element: Sendable, Failure: Error>: @unchecked Send
     func subscribe(policy: BroadcastBufferingPolicy) -> SubscriberCore<Element, Failure> {
         let subscriber = SubscriberCore<Element, Failure>(policy: policy, storage: self)
         let fromCancelledTask = Task.isCancelled
-        withState { state, effects in
+        let followUp = withState { state, effects in
+            let countBefore = state.subscribers.count
             state.subscribe(subscriber, fromCancelledTask: fromCancelledTask, effects: &effects)
+            return state.membershipFollowUp(countBefore: countBefore, terminalChanged: false)
         }
+        if !followUp.isEmpty { apply(followUp) }
         return subscriber
     }
 
     /// Unregisters an ending subscriber and releases emitters that waited on it.
     @inlinable
     func remove(_ subscriber: SubscriberCore<Element, Failure>) {
-        withState { state, effects in state.remove(subscriber, effects: &effects) }
+        let followUp = withState { state, effects in
+            let countBefore = state.subscribers.count
+            state.remove(subscriber, effects: &effects)
+            return state.membershipFollowUp(countBefore: countBefore, terminalChanged: false)
+        }
+        if !followUp.isEmpty { apply(followUp) }
     }
 
     /// A `.bounded` subscriber's buffer just dropped below capacity.
@@ -117,6 +136,16 @@ final class BroadcastStorage<Element: Sendable, Failure: Error>: @unchecked Send
         case .done(let result): return result
         case .queued(let queued): id = queued
         }
+        switch await waitForQueuedEmit(id) {
+        case .delivered(let result): return result
+        case .cancelled: throw CancellationError()
+        }
+    }
+
+    /// Parks the emitter queued as `id` until it is served, cancelled or
+    /// finished, and takes its outcome.
+    @inlinable
+    func waitForQueuedEmit(_ id: Int) async -> EmitOutcome {
         await withTaskCancellationHandler {
             await withUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
                 // The lock is taken inside the closure, never across it.
@@ -125,9 +154,9 @@ final class BroadcastStorage<Element: Sendable, Failure: Error>: @unchecked Send
         } onCancel: {
             withState { state, effects in state.cancelEmit(id, effects: &effects) }
         }
-        switch lock.withLock({ state.takeOutcome(emit: id) }) {
-        case .delivered(let result): return result
-        case .cancelled: throw CancellationError()
+        return lock.withLock {
+            if state.sharing?.pendingEmit == id { state.sharing!.pendingEmit = nil }
+            return state.takeOutcome(emit: id)
         }
     }
 
@@ -149,6 +178,11 @@ final class BroadcastStorage<Element: Sendable, Failure: Error>: @unchecked Send
 
     @usableFromInline
     func finish(_ event: BroadcastState<Element, Failure>.Terminal) {
-        withState { state, effects in state.finish(event, effects: &effects) }
+        let followUp = withState { state, effects in
+            let countBefore = state.subscribers.count
+            state.finish(event, effects: &effects)
+            return state.membershipFollowUp(countBefore: countBefore, terminalChanged: true)
+        }
+        if !followUp.isEmpty { apply(followUp) }
     }
 }

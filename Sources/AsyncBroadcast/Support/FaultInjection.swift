@@ -90,4 +90,32 @@ enum Fault {
         return false
         #endif
     }
+
+    /// A shared sequence never stops a run: the upstream task is not
+    /// cancelled, the unregister closure never called.
+    @inlinable static var sharingSkipStop: Bool {
+        #if ASYNCBROADCAST_FAULT_SHARING_SKIP_STOP
+        return true
+        #else
+        return false
+        #endif
+    }
+
+    /// A stopped run's elements (its task's, its sink's) are still delivered.
+    @inlinable static var sharingStaleDelivery: Bool {
+        #if ASYNCBROADCAST_FAULT_SHARING_STALE_DELIVERY
+        return true
+        #else
+        return false
+        #endif
+    }
+
+    /// `subscriberCounts` misses the changes made by subscribers leaving.
+    @inlinable static var countsSkipRemoval: Bool {
+        #if ASYNCBROADCAST_FAULT_COUNTS_SKIP_REMOVAL
+        return true
+        #else
+        return false
+        #endif
+    }
 }

@@ -1,0 +1,52 @@
+/// What a listener callback feeds: the sink handed to the `register`
+/// closure of ``BroadcastSequence/init(bufferingPolicy:replay:started:register:)``.
+///
+/// Call it from any thread, at any time: inside `register` itself, from the
+/// listener's own queue, even after the listener was unregistered. It never
+/// suspends and never blocks on a subscriber.
+///
+/// ```swift
+/// let locations = BroadcastSequence(of: Location.self, started: .whileSubscribed()) { sink in
+///     let token = manager.addObserver { location in sink.send(location) }
+///     return { manager.removeObserver(token) }
+/// }
+/// ```
+///
+/// Each `register` call gets its own sink. Once that registration is
+/// stopped (its unregister closure has been, or is about to be, called) or
+/// the sequence has finished, the sink delivers nothing: a late callback is
+/// harmless.
+public struct BroadcastSink<Element: Sendable, Failure: Error>: Sendable {
+    @usableFromInline let storage: BroadcastStorage<Element, Failure>
+    @usableFromInline let generation: UInt64
+
+    init(storage: BroadcastStorage<Element, Failure>, generation: UInt64) {
+        self.storage = storage
+        self.generation = generation
+    }
+
+    /// Hands `element` to every current subscriber, as
+    /// ``BroadcastSequence/send(_:)`` does: a full `.bounded` subscriber
+    /// still receives it (a callback cannot be made to wait).
+    ///
+    /// After this sink's registration was stopped, or the sequence finished,
+    /// delivers nothing and returns a result with `isFinished == true`.
+    @discardableResult
+    public func send(_ element: Element) -> BroadcastSendResult {
+        storage.sinkSend(element, generation: generation)
+    }
+
+    /// Ends the sequence, as ``BroadcastSequence/finish()`` does, and stops
+    /// this registration (its unregister closure is called). Ignored once
+    /// the registration was stopped.
+    public func finish() {
+        storage.runEnded(generation: generation, end: .finished, taskReturned: false)
+    }
+
+    /// Ends the sequence with `error`, as
+    /// ``BroadcastSequence/finish(throwing:)`` does, and stops this
+    /// registration. Ignored once the registration was stopped.
+    public func finish(throwing error: Failure) {
+        storage.runEnded(generation: generation, end: .failed(error), taskReturned: false)
+    }
+}

@@ -1,0 +1,218 @@
+/// When a shared sequence's upstream runs, as a state machine.
+///
+/// Guarded by the sequence lock (it lives in `BroadcastState`). Its
+/// transitions only decide; the actions they return (start a run, stop one,
+/// start or cancel a stop timer) run user code or touch tasks, so
+/// `BroadcastStorage.reconcileSharing()` performs them with no lock held.
+///
+/// One thread at a time performs actions: the *reconciler*. A transition
+/// that makes an action necessary claims the role if it is free
+/// (`claimReconciler()`); if another thread holds it, that thread finds the
+/// new work when it next looks. So `register` and its unregister closure
+/// strictly alternate and never overlap, without holding a lock across user
+/// code.
+///
+/// Invariants (checked by `_checkInvariants()`):
+/// - outside the reconciler, no action is needed: `reconciling || !needsAction`;
+/// - `.starting` and a timer slot without a task exist only while reconciling;
+/// - `starts - stops` is 1 while a run is starting or running, else 0;
+/// - `pendingEmit` belongs to the current run.
+@usableFromInline
+struct SharingState {
+    /// A run: one `upstream()` iteration task or one `register` call.
+    @usableFromInline
+    enum Run {
+        case stopped
+        /// The reconciler is launching it (outside the lock); its elements count already.
+        case starting(generation: UInt64)
+        case running(generation: UInt64, handle: RunHandle)
+    }
+
+    /// The pending stop of `whileSubscribed(stopAfter:)` with a non-zero delay.
+    @usableFromInline
+    struct TimerSlot {
+        let token: UInt64
+        /// `nil` while the reconciler creates the task.
+        var task: Task<Void, Never>?
+    }
+
+    let mode: BroadcastStart.Mode
+    /// Runs are tasks iterating an upstream (not listener registrations).
+    let runsAreTasks: Bool
+
+    var run: Run = .stopped
+    /// Of the latest run; a run's elements and its end count only while it
+    /// is current.
+    var generation: UInt64 = 0
+    var subscriberCount = 0
+    var everSubscribed = false
+    /// The sequence has finished: nothing starts again.
+    var ended = false
+    /// `whileSubscribed` with a delay: the last subscriber left, the stop waits.
+    var lingering = false
+    var lingerToken: UInt64 = 0
+    var timer: TimerSlot?
+    var reconciling = false
+    /// The current run's `emit` that waits for room, cancelled when the run stops.
+    @usableFromInline var pendingEmit: Int?
+    var counters = SharingCounters()
+
+    init(mode: BroadcastStart.Mode, runsAreTasks: Bool) {
+        self.mode = mode
+        self.runsAreTasks = runsAreTasks
+    }
+
+    // MARK: Queries
+
+    /// Whether elements and the end of run `generation` still count.
+    func isCurrent(_ generation: UInt64) -> Bool {
+        switch run {
+        case .stopped: return false
+        case .starting(let current), .running(let current, _): return current == generation
+        }
+    }
+
+    var wantsRun: Bool {
+        if ended { return false }
+        switch mode {
+        case .eagerly: return true
+        case .lazily: return everSubscribed
+        case .whileSubscribed: return subscriberCount > 0 || lingering
+        }
+    }
+
+    var timerIsStale: Bool {
+        guard let timer, timer.task != nil else { return false }
+        return !(lingering && timer.token == lingerToken)
+    }
+
+    var needsAction: Bool {
+        if timerIsStale || (lingering && timer == nil) { return true }
+        switch run {
+        case .stopped: return wantsRun
+        case .running: return !wantsRun
+        case .starting: return false
+        }
+    }
+
+    // MARK: Transitions
+
+    /// Call when the registered subscriber count changed.
+    mutating func subscribersChanged(from old: Int, to new: Int) {
+        subscriberCount = new
+        if new > 0 {
+            everSubscribed = true
+            lingering = false
+        } else if old > 0, !ended, case .whileSubscribed(let delay) = mode, !delay.isZero {
+            lingerToken &+= 1
+            lingering = true
+        }
+    }
+
+    /// The sequence finished (any way): stop for good.
+    @usableFromInline
+    mutating func sequenceEnded() {
+        ended = true
+        lingering = false
+    }
+
+    /// The stop timer `token` returned (it slept its delay, or was cancelled).
+    mutating func timerReturned(token: UInt64) {
+        counters.liveTimerTasks -= 1
+        if timer?.token == token { timer = nil }
+        if lingering && token == lingerToken { lingering = false }
+    }
+
+    /// `true` if the caller must now run `reconcileSharing()`.
+    mutating func claimReconciler() -> Bool {
+        guard !reconciling, needsAction else { return false }
+        reconciling = true
+        return true
+    }
+
+    /// The reconciler's next action, or `nil` (and the role is released).
+    /// The caller cancels `pendingEmit` when this returns `.stop`.
+    mutating func nextAction() -> SharingAction? {
+        if timerIsStale, let task = timer?.task {
+            timer = nil
+            return .cancelTimer(task)
+        }
+        if lingering && timer == nil {
+            timer = TimerSlot(token: lingerToken, task: nil)
+            counters.liveTimerTasks += 1
+            return .startTimer(token: lingerToken)
+        }
+        switch run {
+        case .stopped where wantsRun:
+            generation &+= 1
+            run = .starting(generation: generation)
+            counters.starts += 1
+            if runsAreTasks { counters.liveUpstreamTasks += 1 }
+            return .start(generation: generation)
+        case .running(_, let handle) where !wantsRun:
+            run = .stopped
+            counters.stops += 1
+            return .stop(handle)
+        default:
+            reconciling = false
+            return nil
+        }
+    }
+
+    /// What the reconciler's last action produced, recorded under the lock.
+    mutating func record(_ outcome: SharingActionOutcome) {
+        switch outcome {
+        case .started(let generation, let handle):
+            guard case .starting(generation) = run else {
+                internalInconsistency("run \(generation) finished starting but is not the starting run")
+            }
+            run = .running(generation: generation, handle: handle)
+        case .timerStarted(let token, let task):
+            // A timer that already returned was cleared from the slot.
+            if timer?.token == token { timer?.task = task }
+        }
+    }
+
+    // MARK: Invariants
+
+    func _checkInvariants() {
+        internalInvariant(reconciling || !needsAction, "a sharing action is needed but nobody reconciles")
+        let active: Int
+        switch run {
+        case .stopped: active = 0
+        case .starting: active = 1; internalInvariant(reconciling, "a run is starting outside the reconciler")
+        case .running: active = 1
+        }
+        internalInvariant(counters.starts - counters.stops == active,
+                          "starts \(counters.starts) - stops \(counters.stops) != \(active) active run(s)")
+        if let timer, timer.task == nil { internalInvariant(reconciling, "a timer is being created outside the reconciler") }
+        if pendingEmit != nil { internalInvariant(active == 1, "a pending upstream emit outlives its run") }
+        internalInvariant(counters.liveUpstreamTasks >= 0 && counters.liveTimerTasks >= 0, "negative live task count")
+    }
+}
+
+/// What the reconciler does outside the lock.
+@usableFromInline
+enum SharingAction {
+    /// Launch the upstream task, or call `register`, for run `generation`.
+    case start(generation: UInt64)
+    /// Cancel the run's task, or call its unregister closure.
+    case stop(RunHandle)
+    /// Launch the stop timer of `whileSubscribed(stopAfter:)`.
+    case startTimer(token: UInt64)
+    case cancelTimer(Task<Void, Never>)
+}
+
+/// What an action produced, recorded by the reconciler's next look.
+@usableFromInline
+enum SharingActionOutcome {
+    case started(generation: UInt64, handle: RunHandle)
+    case timerStarted(token: UInt64, task: Task<Void, Never>)
+}
+
+/// How a running run is stopped.
+@usableFromInline
+enum RunHandle: Sendable {
+    case task(Task<Void, Never>)
+    case listener(unregister: @Sendable () -> Void)
+}
