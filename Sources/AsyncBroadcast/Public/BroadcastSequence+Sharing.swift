@@ -25,6 +25,7 @@ extension BroadcastSequence {
     /// An upstream that ignores task cancellation is only let go at its
     /// next element (which is then dropped) or at its end.
     @available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *)
+    @inlinable
     public convenience init<Upstream: AsyncSequence & Sendable>(
         bufferingPolicy: BufferingPolicy = .unbounded, replay: Int = 0, started: BroadcastStart = .lazily,
         upstream: @escaping @Sendable () -> Upstream
@@ -55,6 +56,7 @@ extension BroadcastSequence {
     /// lock; they run on the thread that caused the start or stop (the
     /// first subscriber's, the last one's, the one releasing the sequence),
     /// or in the stop timer's task.
+    @inlinable
     public convenience init(
         bufferingPolicy: BufferingPolicy = .unbounded, replay: Int = 0, started: BroadcastStart = .lazily,
         register: @escaping @Sendable (_ sink: BroadcastSink<Element, Failure>) -> @Sendable () -> Void
@@ -96,7 +98,7 @@ extension BroadcastSequence {
     /// The elements are gathered before the lock is taken (an `Array`'s own
     /// storage is used as is), so `elements` may be any sequence, even one
     /// that computes its elements or calls back into this one.
-    @discardableResult
+    @inlinable @discardableResult
     public func send<S: Sequence>(contentsOf elements: S) -> BroadcastSendResult where S.Element == Element {
         if let result = elements.withContiguousStorageIfAvailable({ storage.send(batch: $0) }) { return result }
         return ContiguousArray(elements).withUnsafeBufferPointer { storage.send(batch: $0) }
@@ -104,23 +106,41 @@ extension BroadcastSequence {
 }
 
 extension BroadcastSequence where Failure == any Error {
-    /// ``init(bufferingPolicy:replay:started:upstream:)`` for every system:
-    /// the upstream's failure is not typed (`any Error`).
+    /// ``init(bufferingPolicy:replay:started:upstream:)`` for systems without
+    /// typed `AsyncSequence` failures, and for upstreams whose failure is
+    /// not `any Error`: the upstream is iterated with the untyped `next()`
+    /// and its error is delivered as `any Error`.
     ///
     /// `AsyncSequence.Failure` exists from macOS 15 / iOS 18 / tvOS 18 /
-    /// watchOS 11 / visionOS 2 on; this form needs only what macOS 10.15 /
-    /// iOS 13 have.
+    /// watchOS 11 / visionOS 2 on. This overload needs only what macOS 10.15
+    /// / iOS 13 have, and the same call site compiles on both sides: where
+    /// the typed initializer is available, Swift prefers it.
     ///
     /// ```swift
-    /// let lines = BroadcastSequence(of: String.self, throwing: (any Error).self) // type only
-    /// let shared = BroadcastSequence<String, any Error>(untypedUpstream: { url.lines })
+    /// let lines = BroadcastSequence<String, any Error>(started: .whileSubscribed()) {
+    ///     url.lines
+    /// }
     /// ```
+    @inlinable @_disfavoredOverload
     public convenience init<Upstream: AsyncSequence & Sendable>(
         bufferingPolicy: BufferingPolicy = .unbounded, replay: Int = 0, started: BroadcastStart = .lazily,
-        untypedUpstream: @escaping @Sendable () -> Upstream
+        upstream: @escaping @Sendable () -> Upstream
     ) where Upstream.Element == Element {
         self.init(bufferingPolicy: bufferingPolicy, replay: replay,
-                  sharing: Sharing(start: started, source: .untyped(untypedUpstream)))
+                  sharing: Sharing(start: started, source: .untyped(upstream)))
+    }
+}
+
+extension AsyncSequence where Self: Sendable, Element: Sendable {
+    /// ``broadcast(bufferingPolicy:replay:started:)`` for systems without
+    /// typed `AsyncSequence` failures (before macOS 15 / iOS 18 / tvOS 18 /
+    /// watchOS 11 / visionOS 2): the shared sequence fails with `any Error`.
+    /// Where the typed form is available, Swift prefers it.
+    @inlinable @_disfavoredOverload
+    public func broadcast(bufferingPolicy: BroadcastBufferingPolicy = .unbounded, replay: Int = 0,
+                          started: BroadcastStart = .lazily) -> BroadcastSequence<Element, any Error> {
+        BroadcastSequence<Element, any Error>(bufferingPolicy: bufferingPolicy, replay: replay,
+                                              sharing: Sharing(start: started, source: .untyped { self }))
     }
 }
 
@@ -141,6 +161,7 @@ extension AsyncSequence where Self: Sendable, Element: Sendable {
     /// source, use ``BroadcastSequence/init(bufferingPolicy:replay:started:upstream:)``
     /// with a closure that creates one.
     @available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *)
+    @inlinable
     public func broadcast(bufferingPolicy: BroadcastBufferingPolicy = .unbounded, replay: Int = 0,
                           started: BroadcastStart = .lazily) -> BroadcastSequence<Element, Failure> {
         BroadcastSequence(bufferingPolicy: bufferingPolicy, replay: replay, started: started) { self }

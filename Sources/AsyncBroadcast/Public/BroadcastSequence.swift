@@ -57,6 +57,7 @@ public final class BroadcastSequence<Element: Sendable, Failure: Error>: AsyncSe
     }
 
     /// A shared sequence (see `BroadcastSequence+Sharing.swift`).
+    @usableFromInline
     init(bufferingPolicy: BufferingPolicy, replay: Int, sharing: Sharing<Element, Failure>) {
         if replay < 0 { misuse("replay must not be negative (got \(replay))") }
         bufferingPolicy.validate(argument: "bufferingPolicy")

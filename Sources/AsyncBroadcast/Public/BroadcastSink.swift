@@ -20,6 +20,7 @@ public struct BroadcastSink<Element: Sendable, Failure: Error>: Sendable {
     @usableFromInline let storage: BroadcastStorage<Element, Failure>
     @usableFromInline let generation: UInt64
 
+    @usableFromInline
     init(storage: BroadcastStorage<Element, Failure>, generation: UInt64) {
         self.storage = storage
         self.generation = generation
@@ -31,7 +32,7 @@ public struct BroadcastSink<Element: Sendable, Failure: Error>: Sendable {
     ///
     /// After this sink's registration was stopped, or the sequence finished,
     /// delivers nothing and returns a result with `isFinished == true`.
-    @discardableResult
+    @inlinable @discardableResult
     public func send(_ element: Element) -> BroadcastSendResult {
         storage.sinkSend(element, generation: generation)
     }

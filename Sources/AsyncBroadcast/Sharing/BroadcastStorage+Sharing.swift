@@ -89,6 +89,7 @@ extension BroadcastStorage {
     /// Delivers an upstream element as `emit` does. `false` once run
     /// `generation` is stopped or the sequence has finished: the task stops
     /// iterating.
+    @inlinable
     func emitFromUpstream(_ element: Element, generation: UInt64) async -> Bool {
         let start: EmitStart? = withState { state, effects in
             guard state.terminal == nil, state.sharing!.isCurrent(generation) || Fault.sharingStaleDelivery else {
@@ -114,6 +115,7 @@ extension BroadcastStorage {
     /// Run `generation` ended: `end` finishes the sequence if the run is
     /// still current (a stopped run's end, often caused by the stop, counts
     /// for nothing); `nil` when the task stopped on its own account.
+    @usableFromInline
     func runEnded(generation: UInt64, end: BroadcastState<Element, Failure>.Terminal?, taskReturned: Bool) {
         let followUp = withState { state, effects in
             if taskReturned { state.sharing!.counters.liveUpstreamTasks -= 1 }
@@ -128,6 +130,7 @@ extension BroadcastStorage {
     }
 
     /// `BroadcastSink.send`: like `send`, while run `generation` is current.
+    @inlinable
     func sinkSend(_ element: Element, generation: UInt64) -> BroadcastSendResult {
         withState { state, effects in
             guard state.terminal == nil, state.sharing!.isCurrent(generation) || Fault.sharingStaleDelivery else {
@@ -152,6 +155,7 @@ extension BroadcastStorage {
     /// The value behind `subscriberCounts`, created at the first call
     /// holding the current count (under the lock, so no change is missed:
     /// every later change refreshes it).
+    @usableFromInline
     func subscriberCountsValue() -> BroadcastValue<Int, Never> {
         var isFinal = false
         let counts: BroadcastValue<Int, Never> = lock.withLock {
@@ -168,6 +172,7 @@ extension BroadcastStorage {
     // MARK: Batches
 
     /// `send(contentsOf:)`: one section for the whole batch.
+    @inlinable
     func send(batch: UnsafeBufferPointer<Element>) -> BroadcastSendResult {
         withState { state, effects in
             guard state.terminal == nil else { return .finished }

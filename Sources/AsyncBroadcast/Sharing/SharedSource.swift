@@ -16,8 +16,8 @@ enum SharedSource<Element: Sendable, Failure: Error>: Sendable {
 /// A shared sequence's configuration, handed to its storage.
 @usableFromInline
 struct Sharing<Element: Sendable, Failure: Error>: Sendable {
-    let start: BroadcastStart
-    let source: SharedSource<Element, Failure>
+    @usableFromInline let start: BroadcastStart
+    @usableFromInline let source: SharedSource<Element, Failure>
 
     @usableFromInline
     init(start: BroadcastStart, source: SharedSource<Element, Failure>) {
@@ -30,6 +30,7 @@ extension SharedSource {
     /// Each run calls `makeUpstream()` inside a task the library owns and
     /// iterates it with typed throws.
     @available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *)
+    @inlinable
     static func typed<Upstream: AsyncSequence & Sendable>(
         _ makeUpstream: @escaping @Sendable () -> Upstream
     ) -> SharedSource where Upstream.Element == Element, Upstream.Failure == Failure {
@@ -58,6 +59,7 @@ extension SharedSource {
 extension SharedSource where Failure == any Error {
     /// `typed` for systems without `AsyncSequence.Failure` (before macOS 15 /
     /// iOS 18): iterates with the untyped `next()`.
+    @inlinable
     static func untyped<Upstream: AsyncSequence & Sendable>(
         _ makeUpstream: @escaping @Sendable () -> Upstream
     ) -> SharedSource where Upstream.Element == Element {

@@ -65,6 +65,7 @@ struct SharingState {
     // MARK: Queries
 
     /// Whether elements and the end of run `generation` still count.
+    @usableFromInline
     func isCurrent(_ generation: UInt64) -> Bool {
         switch run {
         case .stopped: return false
