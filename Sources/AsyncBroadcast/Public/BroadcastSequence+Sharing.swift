@@ -39,8 +39,7 @@ extension BroadcastSequence {
     /// the listener.
     ///
     /// ```swift
-    /// let snapshots = BroadcastSequence(of: Snapshot.self, throwing: StoreError.self,
-    ///                                   started: .whileSubscribed()) { sink in
+    /// let snapshots = BroadcastSequence<Snapshot, StoreError>(started: .whileSubscribed()) { sink in
     ///     let registration = document.addSnapshotListener { snapshot, error in
     ///         if let snapshot { sink.send(snapshot) } else if let error { sink.finish(throwing: error) }
     ///     }
@@ -53,9 +52,11 @@ extension BroadcastSequence {
     /// when the sequence finishes (``BroadcastSink/finish()``, ``finish()``)
     /// or when it is released. `register` and unregister closures never run
     /// at the same time as each other, and never while the library holds a
-    /// lock; they run on the thread that caused the start or stop (the
-    /// first subscriber's, the last one's, the one releasing the sequence),
-    /// or in the stop timer's task.
+    /// lock. They normally run on the thread that caused the start or stop
+    /// (the first subscriber's, the last one's, the one releasing the
+    /// sequence) or in the stop timer's task; when another thread is
+    /// already starting or stopping a run, that thread performs the next
+    /// start or stop too, right after its current one.
     @inlinable
     public convenience init(
         bufferingPolicy: BufferingPolicy = .unbounded, replay: Int = 0, started: BroadcastStart = .lazily,
@@ -69,7 +70,10 @@ extension BroadcastSequence {
     /// change.
     ///
     /// Conflated like any ``BroadcastValue``: a reader that falls behind
-    /// gets the latest count, never the same count twice in a row. It ends
+    /// gets the latest count, never the same change twice. It may get the
+    /// count it already had when the changes it missed cancel out (0, then
+    /// 0 again after a subscriber came and went): read each value as "the
+    /// count now". It ends
     /// once the sequence has finished and its last subscriber is gone (the
     /// count can no longer change). Each access is a new subscription; it
     /// does not count as a subscriber of this sequence, nor keep it alive.
@@ -106,7 +110,7 @@ extension BroadcastSequence {
 }
 
 extension BroadcastSequence where Failure == any Error {
-    /// ``init(bufferingPolicy:replay:started:upstream:)`` for systems without
+    /// ``init(bufferingPolicy:replay:started:upstream:)-55nxr`` for systems without
     /// typed `AsyncSequence` failures, and for upstreams whose failure is
     /// not `any Error`: the upstream is iterated with the untyped `next()`
     /// and its error is delivered as `any Error`.
@@ -132,7 +136,7 @@ extension BroadcastSequence where Failure == any Error {
 }
 
 extension AsyncSequence where Self: Sendable, Element: Sendable {
-    /// ``broadcast(bufferingPolicy:replay:started:)`` for systems without
+    /// `broadcast(bufferingPolicy:replay:started:)` for systems without
     /// typed `AsyncSequence` failures (before macOS 15 / iOS 18 / tvOS 18 /
     /// watchOS 11 / visionOS 2): the shared sequence fails with `any Error`.
     /// Where the typed form is available, Swift prefers it.
@@ -158,7 +162,7 @@ extension AsyncSequence where Self: Sendable, Element: Sendable {
     /// iterates this same sequence again (`makeAsyncIterator()` again): for
     /// a single-pass sequence such as `AsyncStream`, that iteration ends at
     /// once, which finishes the shared sequence. To restart with a fresh
-    /// source, use ``BroadcastSequence/init(bufferingPolicy:replay:started:upstream:)``
+    /// source, use ``BroadcastSequence/init(bufferingPolicy:replay:started:upstream:)-55nxr``
     /// with a closure that creates one.
     @available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *)
     @inlinable

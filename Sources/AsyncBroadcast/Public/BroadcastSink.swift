@@ -6,7 +6,7 @@
 /// suspends and never blocks on a subscriber.
 ///
 /// ```swift
-/// let locations = BroadcastSequence(of: Location.self, started: .whileSubscribed()) { sink in
+/// let locations = BroadcastSequence<Location, Never>(started: .whileSubscribed()) { sink in
 ///     let token = manager.addObserver { location in sink.send(location) }
 ///     return { manager.removeObserver(token) }
 /// }

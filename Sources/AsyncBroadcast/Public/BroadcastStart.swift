@@ -1,12 +1,11 @@
 /// When a shared sequence runs its upstream: see
-/// ``AsyncSequence/broadcast(bufferingPolicy:replay:started:)``,
-/// ``BroadcastSequence/init(bufferingPolicy:replay:started:upstream:)`` and
+/// `AsyncSequence.broadcast(bufferingPolicy:replay:started:)`,
+/// ``BroadcastSequence/init(bufferingPolicy:replay:started:upstream:)-55nxr`` and
 /// ``BroadcastSequence/init(bufferingPolicy:replay:started:register:)``.
 ///
 /// ```swift
 /// // A listener registered while anyone listens, removed 5 s after the last one leaves.
-/// let snapshots = BroadcastSequence(of: Snapshot.self, throwing: StoreError.self,
-///                                   started: .whileSubscribed(stopAfter: .seconds(5))) { sink in
+/// let snapshots = BroadcastSequence<Snapshot, StoreError>(started: .whileSubscribed(stopAfter: .seconds(5))) { sink in
 ///     let registration = store.addListener { sink.send($0) }
 ///     return { registration.remove() }
 /// }
