@@ -40,6 +40,9 @@ expectations=(
     "value-update-reentered|AsyncBroadcast misuse: BroadcastValue called back from inside its own update body"
     "value-equality-reentered|AsyncBroadcast misuse: BroadcastValue called back from inside its own update body or Value.=="
     "value-concurrent-next|AsyncBroadcast misuse: concurrent next() calls on one Subscription"
+    "register-negative-replay|AsyncBroadcast misuse: replay must not be negative (got -1)"
+    "upstream-negative-replay|AsyncBroadcast misuse: replay must not be negative (got -2)"
+    "negative-stop-after|AsyncBroadcast misuse: |whileSubscribed(stopAfter:) must not be negative"
 )
 
 passed=0

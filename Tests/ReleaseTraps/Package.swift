@@ -13,6 +13,7 @@ let libraryPackage = URL(fileURLWithPath: Context.packageDirectory)
 
 let package = Package(
     name: "ReleaseTraps",
+    platforms: [.macOS(.v15)],  // the typed init(upstream:) (AsyncSequence.Failure)
     dependencies: [.package(path: "../..")],
     targets: [
         .executableTarget(

@@ -1,5 +1,4 @@
 import Foundation
-import Synchronization
 
 #if canImport(Glibc)
 import Glibc
@@ -75,6 +74,11 @@ let scenarios: [Scenario] = [
     Scenario(name: "value-fan-out", run: { await valueFanOut(seed: $0, failures: $1, scale: $2) }),
     Scenario(name: "value-wakes", run: { await valueWakes(seed: $0, failures: $1, scale: $2) }),
     Scenario(name: "promise-races", run: { await promiseRaces(seed: $0, failures: $1, scale: $2) }),
+    Scenario(name: "shared-upstream-churn", run: { await sharedUpstreamChurn(seed: $0, failures: $1, scale: $2) }),
+    Scenario(name: "listener-threads", run: { await listenerThreads(seed: $0, failures: $1, scale: $2) }),
+    Scenario(name: "eager-upstream-throws", run: { await eagerUpstreamThrows(seed: $0, failures: $1, scale: $2) }),
+    Scenario(name: "subscriber-counts", run: { await subscriberCountsChurn(seed: $0, failures: $1, scale: $2) }),
+    Scenario(name: "send-contents-of", run: { await sendContentsOf(seed: $0, failures: $1, scale: $2) }),
 ]
 
 /// Fails the whole run if one scenario runs longer than its limit: a task
@@ -87,7 +91,7 @@ final class Watchdog: Sendable {
         var failed = 0
     }
 
-    let state = Mutex(State())
+    let state = Locked(State())
     let limit: Double
 
     init(limit: Double) {

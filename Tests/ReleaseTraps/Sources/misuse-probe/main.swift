@@ -10,6 +10,7 @@ let cases = [
     "none", "negative-replay", "bounded-zero", "bounded-zero-subscribe",
     "negative-newest", "negative-oldest-subscribe", "concurrent-next",
     "value-update-reentered", "value-equality-reentered", "value-concurrent-next",
+    "register-negative-replay", "upstream-negative-replay", "negative-stop-after",
 ]
 
 /// An `Equatable` value whose `==` reads the `BroadcastValue` it lives in.
@@ -45,6 +46,22 @@ func valueConcurrentNext() async {
     value.finish()
     _ = await first.value
     use(value)
+}
+
+/// One element, then the end: an upstream for the shared initializers.
+struct Single: AsyncSequence, Sendable {
+    let element: Int
+
+    func makeAsyncIterator() -> Iterator { Iterator(element: element) }
+
+    struct Iterator: AsyncIteratorProtocol {
+        var element: Int?
+
+        mutating func next() async -> Int? {
+            defer { element = nil }
+            return element
+        }
+    }
 }
 
 /// Keeps `value` observable, so the optimizer cannot drop the call that made it.
@@ -103,6 +120,15 @@ case "none":
     let current = BroadcastValue(Nosy(number: 1))
     current.update { $0.number += 1 }
     guard current.value.number == 2 else { fail("none: update did not apply", status: 1) }
+    // The shared initializers and start modes with the smallest valid arguments.
+    let registered = BroadcastSequence<Int, Never>(replay: 0, started: .whileSubscribed(stopAfter: .zero), register: { sink in
+        sink.send(1)
+        return {}
+    })
+    let shared = BroadcastSequence<Int, Never>(replay: 0, started: .lazily, upstream: { Single(element: 3) })
+    var fromUpstream = shared.makeAsyncIterator()
+    guard await fromUpstream.next() == 3, await fromUpstream.next() == nil else { fail("none: the upstream did not deliver 3, then nil", status: 1) }
+    use(registered)
     print("misuse-probe: none: ok")
     exit(0)
 case "negative-replay":
@@ -126,6 +152,12 @@ case "value-equality-reentered":
     value.send(Nosy(number: 2))
 case "value-concurrent-next":
     await valueConcurrentNext()
+case "register-negative-replay":
+    use(BroadcastSequence<Int, Never>(replay: -1, register: { _ in {} }))
+case "upstream-negative-replay":
+    use(BroadcastSequence<Int, Never>(replay: -2, upstream: { Single(element: 1) }))
+case "negative-stop-after":
+    use(BroadcastStart.whileSubscribed(stopAfter: .milliseconds(-1)))
 default:
     fail("unknown case \(name)", status: 2)
 }
