@@ -140,6 +140,57 @@ import Testing
         try await c.value
     }
 
+    @Test func everySharingDeclarationHasItsContractSignature() async throws {
+        // BroadcastStart: Sendable, three ways to start.
+        let starts: [BroadcastStart] = [.eagerly, .lazily, .whileSubscribed(), .whileSubscribed(stopAfter: .seconds(1))]
+        requireSendable(starts)
+
+        // AsyncSequence.broadcast, typed by the upstream's Failure.
+        let upstream = AsyncStream<Int> { continuation in
+            continuation.yield(1)
+            continuation.finish()
+        }
+        let shared: BroadcastSequence<Int, Never> = upstream.broadcast(bufferingPolicy: .unbounded, replay: 0, started: .lazily)
+        let defaulted: BroadcastSequence<Int, Never> = upstream.broadcast()
+
+        // init(upstream:) and init(register:), with every argument and defaulted.
+        let fromUpstream = BroadcastSequence<Int, NetworkError>(bufferingPolicy: .bounded(4), replay: 1, started: .eagerly,
+                                                                upstream: { AsyncThrowingNeverStream() })
+        let fromUpstreamDefaulted = BroadcastSequence<Int, Never> { AsyncStream<Int> { $0.finish() } }
+        let register: @Sendable (BroadcastSink<Int, NetworkError>) -> @Sendable () -> Void = { sink in
+            let send: (Int) -> BroadcastSendResult = sink.send
+            let finish: () -> Void = sink.finish
+            let finishThrowing: (NetworkError) -> Void = sink.finish(throwing:)
+            _ = (send, finish, finishThrowing)
+            return {}
+        }
+        let fromListener = BroadcastSequence<Int, NetworkError>(bufferingPolicy: .unbounded, replay: 0, started: .lazily,
+                                                                register: register)
+        let fromListenerDefaulted = BroadcastSequence<Int, Never> { _ in {} }
+        requireSendable(BroadcastSink<Int, Never>?.none)
+
+        // subscriberCounts is a BroadcastValue<Int, Never>.Subscription.
+        let counts: BroadcastValue<Int, Never>.Subscription = fromListener.subscriberCounts
+        var countsIterator = counts.makeAsyncIterator()
+        #expect(await countsIterator.next() == 0)
+
+        // send(contentsOf:) takes any Sequence and sums the results.
+        let batch: BroadcastSendResult = fromListener.send(contentsOf: [1, 2, 3])
+        let lazyBatch = fromListener.send(contentsOf: (0..<3).lazy.map { $0 * 2 })
+        #expect(batch == BroadcastSendResult() && lazyBatch == BroadcastSendResult())
+        _ = (shared, defaulted, fromUpstream, fromUpstreamDefaulted, fromListenerDefaulted)
+    }
+
+    /// A typed-failure upstream for the surface test (never yields).
+    struct AsyncThrowingNeverStream: AsyncSequence, Sendable {
+        typealias Element = Int
+        typealias Failure = NetworkError
+        struct AsyncIterator: AsyncIteratorProtocol {
+            mutating func next() async throws(NetworkError) -> Int? { nil }
+        }
+        func makeAsyncIterator() -> AsyncIterator { AsyncIterator() }
+    }
+
     func requireSendableHashable<T: Sendable & Hashable>(_: T.Type) {}
     func requireSendable<T: Sendable>(_: T) {}
     func requireAsyncSequence<S: AsyncSequence>(_: S) {}

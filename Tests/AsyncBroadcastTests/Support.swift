@@ -319,3 +319,308 @@ func startExitTestWatchdog(exitingWith code: Int32) {
         exit(code)
     }
 }
+
+// MARK: - Sharing helpers
+
+/// What a throwing `BroadcastSequence` subscription yields, in order (the
+/// sequence form of `events(_:)` above).
+func events<Element: Sendable & Equatable>(
+    _ subscription: BroadcastSequence<Element, TestError>.Subscription, limit: Int = 1000
+) async throws -> [ValueEvent<Element>] {
+    try await withDeadline("end of throwing subscription") {
+        var iterator = subscription.makeAsyncIterator()
+        var result: [ValueEvent<Element>] = []
+        while result.count < limit {
+            do throws(TestError) {
+                guard let element = try await iterator.next() else { result.append(.end); break }
+                result.append(.value(element))
+            } catch {
+                result.append(.error(error))
+            }
+        }
+        do throws(TestError) {
+            if let extra = try await iterator.next() { result.append(.value(extra)) }
+        } catch {
+            result.append(.error(error))
+        }
+        return result
+    }
+}
+
+/// Things recorded from any thread, in the order they happened.
+final class EventLog<Event: Sendable>: Sendable {
+    private let events = Locked<[Event]>([])
+    func append(_ event: Event) { events.withLock { $0.append(event) } }
+    var all: [Event] { events.value }
+    var count: Int { events.withLock { $0.count } }
+}
+
+/// One run of a `Feed`: the upstream a shared sequence iterates, driven
+/// element by element by the test. Its `next()` suspends until the test
+/// sends, ends or fails it; when `honoursCancellation`, cancelling the
+/// iterating task makes that `next()` return `nil` at once (as
+/// `AsyncStream` does).
+final class FeedRun<Failure: Error>: Sendable {
+    enum Item: Sendable {
+        case element(Int)
+        case end
+        case failure(Failure)
+        case cancelled
+    }
+
+    private struct State {
+        var queue: [Item] = []
+        var waiter: UnsafeContinuation<Item, Never>?
+        var cancelled = false
+        var ended = false
+        var pulls = 0
+        var iterators = 0
+    }
+
+    let number: Int
+    let honoursCancellation: Bool
+    private let state = Locked(State())
+
+    init(number: Int, honoursCancellation: Bool) {
+        self.number = number
+        self.honoursCancellation = honoursCancellation
+    }
+
+    /// Elements handed to the iterating task so far: how far the upstream ran.
+    var pulls: Int { state.withLock { $0.pulls } }
+    /// `makeAsyncIterator()` calls on this run's sequence.
+    var iterators: Int { state.withLock { $0.iterators } }
+    /// The iterating task's cancellation reached the upstream.
+    var sawCancellation: Bool { state.withLock { $0.cancelled } }
+    /// The iterating task is suspended in `next()`, waiting for the test.
+    var isWaiting: Bool { state.withLock { $0.waiter != nil } }
+    /// `next()` returned `nil` or threw: the iteration is over.
+    var ended: Bool { state.withLock { $0.ended } }
+
+    func send(_ element: Int) { push(.element(element)) }
+    func send<S: Sequence<Int>>(contentsOf elements: S) { for element in elements { push(.element(element)) } }
+    func finish() { push(.end) }
+    func fail(_ error: Failure) { push(.failure(error)) }
+
+    private func push(_ item: Item) {
+        let waiter = state.withLock { state -> UnsafeContinuation<Item, Never>? in
+            if let waiter = state.waiter {
+                state.waiter = nil
+                state.pulls += 1
+                return waiter
+            }
+            state.queue.append(item)
+            return nil
+        }
+        waiter?.resume(returning: item)
+    }
+
+    fileprivate func iteratorMade() { state.withLock { $0.iterators += 1 } }
+
+    fileprivate func take() async -> Item {
+        let item: Item
+        if honoursCancellation {
+            item = await withTaskCancellationHandler {
+                await wait()
+            } onCancel: {
+                let waiter = state.withLock { state -> UnsafeContinuation<Item, Never>? in
+                    state.cancelled = true
+                    defer { state.waiter = nil }
+                    return state.waiter
+                }
+                waiter?.resume(returning: .cancelled)
+            }
+        } else {
+            item = await wait()
+        }
+        switch item {
+        case .element: break
+        case .end, .failure, .cancelled: state.withLock { $0.ended = true }
+        }
+        return item
+    }
+
+    private func wait() async -> Item {
+        await withUnsafeContinuation { (continuation: UnsafeContinuation<Item, Never>) in
+            let ready = state.withLock { state -> Item? in
+                if honoursCancellation && state.cancelled { return .cancelled }
+                if !state.queue.isEmpty {
+                    state.pulls += 1
+                    return state.queue.removeFirst()
+                }
+                state.waiter = continuation
+                return nil
+            }
+            if let ready { continuation.resume(returning: ready) }
+        }
+    }
+}
+
+/// The sequence of one `FeedRun`.
+struct FeedSequence<RunFailure: Error>: AsyncSequence, Sendable {
+    typealias Element = Int
+    typealias Failure = RunFailure
+    let run: FeedRun<RunFailure>
+
+    struct AsyncIterator: AsyncIteratorProtocol {
+        typealias Element = Int
+        typealias Failure = RunFailure
+        let run: FeedRun<RunFailure>
+        var done = false
+
+        mutating func next() async throws(RunFailure) -> Int? {
+            if done { return nil }
+            switch await run.take() {
+            case .element(let element): return element
+            case .end, .cancelled:
+                done = true
+                return nil
+            case .failure(let error):
+                done = true
+                throw error
+            }
+        }
+
+        mutating func next(isolation actor: isolated (any Actor)?) async throws(RunFailure) -> Int? {
+            try await next()
+        }
+    }
+
+    func makeAsyncIterator() -> AsyncIterator {
+        run.iteratorMade()
+        return AsyncIterator(run: run)
+    }
+}
+
+/// A task-local value `Feed` records at each `upstream()` call: whether
+/// that call inherited the subscriber's task-local context.
+enum FeedMarker {
+    @TaskLocal static var value: Int?
+}
+
+/// A test upstream factory: each `make()` (one per `upstream()` call, so
+/// one per run) creates a new `FeedRun`, numbered from 1, and records
+/// where it was called.
+final class Feed<Failure: Error>: Sendable {
+    struct CallSite: Sendable {
+        var inTask: Bool
+        var thread: ObjectIdentifier
+        var marker: Int?
+    }
+
+    let honoursCancellation: Bool
+    private let runs = Locked<[FeedRun<Failure>]>([])
+    private let sites = Locked<[CallSite]>([])
+
+    init(of: Failure.Type = Failure.self, honoursCancellation: Bool = true) {
+        self.honoursCancellation = honoursCancellation
+    }
+
+    /// `upstream()` calls so far.
+    var made: Int { runs.withLock { $0.count } }
+    var callSites: [CallSite] { sites.value }
+
+    /// Run `number` (1-based), once `upstream()` made it.
+    func run(_ number: Int) -> FeedRun<Failure> { runs.withLock { $0[number - 1] } }
+
+    /// Waits until run `number` exists and is suspended in `next()`.
+    func waitForRun(_ number: Int) async throws -> FeedRun<Failure> {
+        try await waitUntil("upstream run \(number) waiting for its next element") {
+            self.runs.withLock { $0.count >= number && $0[number - 1].isWaiting }
+        }
+        return run(number)
+    }
+
+    func make() -> FeedSequence<Failure> {
+        let site = CallSite(inTask: withUnsafeCurrentTask { $0 != nil },
+                            thread: ObjectIdentifier(Thread.current), marker: FeedMarker.value)
+        sites.withLock { $0.append(site) }
+        let run = runs.withLock { runs in
+            let run = FeedRun<Failure>(number: runs.count + 1, honoursCancellation: honoursCancellation)
+            runs.append(run)
+            return run
+        }
+        return FeedSequence(run: run)
+    }
+}
+
+/// An endless upstream: element `tag * 1_000_000 + i` for i = 1, 2, ...,
+/// yielding between elements. Ends when its task is cancelled, unless it
+/// `ignoresCancellation` (then it runs until the library refuses an element).
+struct Ticker: AsyncSequence, Sendable {
+    typealias Element = Int
+    typealias Failure = Never
+    let tag: Int
+    var ignoresCancellation = false
+
+    struct AsyncIterator: AsyncIteratorProtocol {
+        typealias Element = Int
+        typealias Failure = Never
+        let tag: Int
+        let ignoresCancellation: Bool
+        var index = 0
+        mutating func next() async -> Int? {
+            await Task.yield()
+            if Task.isCancelled && !ignoresCancellation { return nil }
+            index += 1
+            return tag * 1_000_000 + index
+        }
+        mutating func next(isolation actor: isolated (any Actor)?) async -> Int? { await next() }
+    }
+
+    func makeAsyncIterator() -> AsyncIterator { AsyncIterator(tag: tag, ignoresCancellation: ignoresCancellation) }
+}
+
+/// Counts a listener's register and unregister calls, and notices any two
+/// of them running at the same time.
+final class ListenerLog: Sendable {
+    enum Event: Equatable, Sendable { case register, unregister }
+    private struct State {
+        var events: [Event] = []
+        var inside = 0
+        var overlaps = 0
+    }
+    private let state = Locked(State())
+
+    var events: [Event] { state.withLock { $0.events } }
+    var registers: Int { state.withLock { $0.events.filter { $0 == .register }.count } }
+    var unregisters: Int { state.withLock { $0.events.filter { $0 == .unregister }.count } }
+    /// Register/unregister calls that began while another was running.
+    var overlaps: Int { state.withLock { $0.overlaps } }
+
+    /// Records `event` around `body` (user code the library runs).
+    @discardableResult
+    func record<T>(_ event: Event, _ body: () -> T) -> T {
+        state.withLock { state in
+            if state.inside > 0 { state.overlaps += 1 }
+            state.inside += 1
+            state.events.append(event)
+        }
+        // Widen the window in which an overlapping call would be seen.
+        for _ in 0..<3 { sched_yield() }
+        defer { state.withLock { $0.inside -= 1 } }
+        return body()
+    }
+
+    /// Whether the events are register, unregister, register, ... (ending
+    /// with unregister when `closed`).
+    func alternates(closed: Bool) -> Bool {
+        let events = self.events
+        for (index, event) in events.enumerated() where event != (index % 2 == 0 ? .register : .unregister) {
+            return false
+        }
+        return !closed || events.count % 2 == 0
+    }
+}
+
+/// Waits until every run of `shared` is over: no upstream task or stop
+/// timer left, and each start stopped. A run that ends on its own returns
+/// from its task before the stop is recorded, so `liveUpstreamTasks == 0`
+/// alone can be seen a moment early.
+func waitUntilRunsAreOver<Element, Failure>(_ shared: BroadcastSequence<Element, Failure>, _ what: String) async throws {
+    try await waitUntil(what) {
+        let counters = shared.sharingCounters
+        return counters.liveUpstreamTasks == 0 && counters.liveTimerTasks == 0
+            && counters.starts == counters.stops && !counters.isRunning
+    }
+}

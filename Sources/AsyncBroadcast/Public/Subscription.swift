@@ -4,8 +4,10 @@ extension BroadcastSequence {
     ///
     /// The subscriber ends, and is removed from the sequence at once, when
     /// ``cancel()`` is called, when the subscription and all its iterators
-    /// are released, when the consuming task is cancelled, or when the
-    /// sequence finished and the buffer is drained.
+    /// are released, or when the sequence finished and the buffer is
+    /// drained. When the consuming task is cancelled, it ends as soon as the
+    /// consumer notices: at once if it is waiting in `next()`, otherwise at
+    /// its next call (see ``AsyncIterator/next()``).
     ///
     /// ```swift
     /// let subscription = sequence.subscribe(bufferingPolicy: .bufferingOldest(3))
