@@ -6,14 +6,16 @@
 # (non-zero exit). Also runs the unfaulted build as a control, which must
 # pass (a checker that always fails proves nothing either).
 #
-#   bash scripts/stress-faults.sh                   # the nine faults below
+#   bash scripts/stress-faults.sh                   # the twelve faults below
 #   bash scripts/stress-faults.sh DROP_EMIT         # any fault names
 #
 # The faults: BroadcastSequence (SKIP_WAKE, LEAK_SUBSCRIBER,
 # MISCOUNT_EVICTION, DROP_EMIT), caught by the sequence rounds;
 # BroadcastValue (VALUE_SKIP_WAKE, VALUE_DUPLICATE, VALUE_EQUAL_IS_CHANGE),
 # caught by the value rounds; BroadcastPromise (PROMISE_LEAK_CANCELLED,
-# PROMISE_DOUBLE_COMPLETE), caught by the promise rounds. Every run uses the normal mix of round kinds.
+# PROMISE_DOUBLE_COMPLETE), caught by the promise rounds; sharing an upstream
+# (SHARING_SKIP_STOP, SHARING_STALE_DELIVERY, COUNTS_SKIP_REMOVAL), caught by
+# the sharing rounds. Every run uses the normal mix of round kinds.
 #
 # Environment: STRESS_FAULT_SECONDS (budget per run, default 20),
 # STRESS_FAULT_DEADLINE (per-round deadline, default 10), STRESS_SEED (master
@@ -30,7 +32,8 @@ seed_args=()
 faults=("$@")
 [[ ${#faults[@]} -eq 0 ]] && faults=(SKIP_WAKE LEAK_SUBSCRIBER MISCOUNT_EVICTION DROP_EMIT
                                     VALUE_SKIP_WAKE VALUE_DUPLICATE PROMISE_LEAK_CANCELLED
-                                    VALUE_EQUAL_IS_CHANGE PROMISE_DOUBLE_COMPLETE)
+                                    VALUE_EQUAL_IS_CHANGE PROMISE_DOUBLE_COMPLETE
+                                    SHARING_SKIP_STOP SHARING_STALE_DELIVERY COUNTS_SKIP_REMOVAL)
 # Generous outer bound: the stress tool enforces its own deadline and exits.
 hard_limit=$(( budget + 3 * deadline + 60 ))
 

@@ -19,19 +19,22 @@ struct Options: Sendable {
     static let usage = """
     usage: broadcast-stress [--seconds N] [--rounds N] [--seed S] [--round-seed S]
                             [--producers N] [--subscribers N] [--deadline SECONDS] [--quiet]
-                            [--kinds sequence,value,promise]
+                            [--kinds sequence,value,promise,sharing]
 
       --seconds N       time budget (default 10 unless --rounds is given)
       --rounds N        stop after N rounds
       --seed S          master seed (decimal or 0x-hex): replays the exact round sequence
       --round-seed S    run every round with this round seed (replay one failing round)
       --producers N     producers per round (default: random 1...8; value rounds 1...6;
-                        promise rounds: completers, 1...6)
+                        promise rounds: completers, 1...6; sharing rounds: listener
+                        threads per registration, 1...3, at most 4)
       --subscribers N   subscribers per round, besides the witness (default: random 1...64;
-                        value rounds 1...48; promise rounds: waiters, 1...10000)
+                        value rounds 1...48; promise rounds: waiters, 1...10000;
+                        sharing rounds: subscribers per wave, 1...24)
       --deadline S      seconds a round may take before it fails as hung (default 20)
-      --kinds K,...     only these round kinds (default: all; about 75% sequence,
-                        15% BroadcastValue, 10% BroadcastPromise rounds); a
+      --kinds K,...     only these round kinds (default: all; about 62% sequence,
+                        14% BroadcastValue, 9% BroadcastPromise, 15% sharing
+                        (a shared upstream or listener) rounds); a
                         --round-seed replay needs the same --kinds
       --quiet           print only the seed, failures and the summary
     """
@@ -82,7 +85,7 @@ struct Options: Sendable {
                 var kinds: [RoundKind] = []
                 for name in text.split(separator: ",") {
                     guard let kind = RoundKind(rawValue: String(name)) else {
-                        throw .message("\(argument): expected a comma-separated list of sequence, value, promise; got '\(text)'")
+                        throw .message("\(argument): expected a comma-separated list of sequence, value, promise, sharing; got '\(text)'")
                     }
                     if !kinds.contains(kind) { kinds.append(kind) }
                 }

@@ -1,13 +1,14 @@
 /// What a round exercises.
 enum RoundKind: String, Sendable, CaseIterable {
-    case sequence, value, promise
+    case sequence, value, promise, sharing
 
     /// Share of rounds: sequence rounds keep most of the time.
     var weight: Int {
         switch self {
-        case .sequence: return 75
-        case .value: return 15
-        case .promise: return 10
+        case .sequence: return 62
+        case .value: return 14
+        case .promise: return 9
+        case .sharing: return 15
         }
     }
 
@@ -29,12 +30,14 @@ enum StressRound: Sendable {
     case sequence(RoundPlan)
     case value(ValueRoundPlan)
     case promise(PromiseRoundPlan)
+    case sharing(SharingRoundPlan)
 
     static func generate(seed: UInt64, options: Options) -> StressRound {
         switch RoundKind.of(seed: seed, allowed: options.kinds) {
         case .sequence: return .sequence(RoundPlan.generate(seed: seed, options: options))
         case .value: return .value(ValueRoundPlan.generate(seed: seed, options: options))
         case .promise: return .promise(PromiseRoundPlan.generate(seed: seed, options: options))
+        case .sharing: return .sharing(SharingRoundPlan.generate(seed: seed, options: options))
         }
     }
 
@@ -43,6 +46,7 @@ enum StressRound: Sendable {
         case .sequence: return .sequence
         case .value: return .value
         case .promise: return .promise
+        case .sharing: return .sharing
         }
     }
 
@@ -51,6 +55,7 @@ enum StressRound: Sendable {
         case .sequence(let plan): return plan.summary
         case .value(let plan): return plan.summary
         case .promise(let plan): return plan.summary
+        case .sharing(let plan): return plan.summary
         }
     }
 
@@ -59,6 +64,7 @@ enum StressRound: Sendable {
         case .sequence(let plan): return plan.details
         case .value(let plan): return plan.details
         case .promise(let plan): return plan.details
+        case .sharing(let plan): return plan.details
         }
     }
 }
@@ -75,6 +81,11 @@ extension RoundRunner {
             return await ValueRoundRunner<PlainValue>.run(plan, header: header, options: options)
         case .promise(let plan):
             return await PromiseRoundRunner.run(plan, header: header, options: options)
+        case .sharing(let plan):
+            guard #available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *) else {
+                fatalError("sharing rounds need AsyncSequence.Failure (macOS 15 / iOS 18 or later); run with --kinds sequence,value,promise")
+            }
+            return await SharingRoundRunner.run(plan, header: header, options: options)
         }
     }
 }

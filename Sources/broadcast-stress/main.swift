@@ -7,7 +7,10 @@
 // the witness and 1-64 subscribers of every buffering policy, which join and
 // leave during sending; finish() and finish(throwing:) race the senders, or
 // the last reference is dropped while consumers wait. See InvariantChecker
-// for what is checked and when. Exit status: 0 if every round passed.
+// for what is checked and when. Other round kinds (`--kinds`) stress
+// BroadcastValue (ValueRound), BroadcastPromise (PromiseRound) and sharing
+// an upstream or a listener across starts and stops (SharingRound,
+// SharingChecker). Exit status: 0 if every round passed.
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Darwin)
