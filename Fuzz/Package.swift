@@ -49,5 +49,15 @@ let package = Package(
             ],
             swiftSettings: fuzzerSettings
         ),
+        .executableTarget(
+            name: "fuzz-share",
+            dependencies: [
+                "FuzzKit",
+                .product(name: "AsyncBroadcast", package: libraryPackage),
+                // `ManualClock` (stop timers) and `ManualExecutor`.
+                .product(name: "AsyncBroadcastTestSupport", package: libraryPackage),
+            ],
+            swiftSettings: fuzzerSettings
+        ),
     ]
 )

@@ -8,10 +8,13 @@
 #             sched  interleavings under a deterministic executor (tasks, emit)
 #             value  BroadcastValue: model check with interleavings (readers
 #                    on the deterministic executor)
+#             share  sharing an upstream: start/stop of runs (register
+#                    listeners, upstream tasks, stop timers on a manual clock)
 #   SECONDS   fuzzing time (default 60)
 #   --fault FLAG   build the library with -DASYNCBROADCAST_FAULT_<FLAG>
 #                  (MISCOUNT_EVICTION, SKIP_WAKE, LEAK_SUBSCRIBER, DROP_EMIT,
-#                  VALUE_SKIP_WAKE, VALUE_DUPLICATE);
+#                  VALUE_SKIP_WAKE, VALUE_DUPLICATE, SHARING_SKIP_STOP,
+#                  SHARING_STALE_DELIVERY, COUNTS_SKIP_REMOVAL);
 #                  a finding is then the expected outcome (see fault-check.sh)
 #   --strict  check the contract for every fixed bug in KnownBugs (already the
 #             default; FUZZ_STRICT=none expects the old behaviour instead)
@@ -20,6 +23,7 @@
 # New corpus entries go to Fuzz/artifacts/corpus-TARGET (ignored by git);
 # crashes to Fuzz/artifacts/. Replay one input with a readable program trace:
 #   FUZZ_TRACE=1 Fuzz/.build/release/fuzz-TARGET path/to/input
+# FUZZ_SCRATCH=DIR builds in DIR instead of Fuzz/.build (parallel builds).
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -31,7 +35,7 @@ while [[ $# -gt 0 ]]; do
         --fault=*) fault="${1#--fault=}"; shift ;;
         --strict) strict="all"; shift ;;
         --strict=*) strict="${1#--strict=}"; shift ;;
-        -h|--help) sed -n '2,22p' "$(basename "$0")"; exit 0 ;;
+        -h|--help) sed -n '2,25p' "$(basename "$0")"; exit 0 ;;
         *) break ;;
     esac
 done
@@ -40,8 +44,8 @@ seconds="${2:-60}"
 shift $(( $# >= 2 ? 2 : $# ))
 [[ "${1:-}" == "--" ]] && shift
 case "$target" in
-    seq|sched|value) ;;
-    *) echo "usage: $0 [--fault FLAG] [--strict] seq|sched|value [SECONDS] [-- LIBFUZZER_ARGS...]" >&2; exit 2 ;;
+    seq|sched|value|share) ;;
+    *) echo "usage: $0 [--fault FLAG] [--strict] seq|sched|value|share [SECONDS] [-- LIBFUZZER_ARGS...]" >&2; exit 2 ;;
 esac
 
 # Not `--sanitize=fuzzer --sanitize=address`: SwiftPM passes those as two
@@ -57,7 +61,7 @@ if [[ -n "$fault" ]]; then
     work="artifacts/fault-$fault-$target"
     rm -rf "$work"  # a fault run starts from the committed corpus only
 else
-    scratch=".build"
+    scratch="${FUZZ_SCRATCH:-.build}"
     build_args+=(--scratch-path "$scratch")
     work="artifacts"
 fi
@@ -78,7 +82,10 @@ export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=1}
 
 # An instrumented binary reports its coverage counters; rebuild once from
 # scratch if it does not (seen once or twice after incremental builds).
-instrumented() { local out; out=$("$binary" -runs=0 2>&1 || true); grep -q "inline 8-bit counters" <<<"$out"; }
+# The probe runs the empty input, which a fault build may crash on: its
+# crash file goes under $work, not into Fuzz/.
+mkdir -p "$work"
+instrumented() { local out; out=$("$binary" -runs=0 -artifact_prefix="$work/" 2>&1 || true); grep -q "inline 8-bit counters" <<<"$out"; }
 if ! instrumented; then
     echo "== $binary is not instrumented; rebuilding from scratch" >&2
     rm -rf "$scratch"
