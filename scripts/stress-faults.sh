@@ -14,7 +14,8 @@
 # BroadcastValue (VALUE_SKIP_WAKE, VALUE_DUPLICATE, VALUE_EQUAL_IS_CHANGE),
 # caught by the value rounds; BroadcastPromise (PROMISE_LEAK_CANCELLED,
 # PROMISE_DOUBLE_COMPLETE), caught by the promise rounds; sharing an upstream
-# (SHARING_SKIP_STOP, SHARING_STALE_DELIVERY, COUNTS_SKIP_REMOVAL), caught by
+# (SHARING_SKIP_STOP, SHARING_STALE_DELIVERY, COUNTS_SKIP_REMOVAL,
+# SHARING_PARALLEL_RECONCILERS), caught by
 # the sharing rounds. Every run uses the normal mix of round kinds.
 #
 # Environment: STRESS_FAULT_SECONDS (budget per run, default 20),
@@ -33,7 +34,8 @@ faults=("$@")
 [[ ${#faults[@]} -eq 0 ]] && faults=(SKIP_WAKE LEAK_SUBSCRIBER MISCOUNT_EVICTION DROP_EMIT
                                     VALUE_SKIP_WAKE VALUE_DUPLICATE PROMISE_LEAK_CANCELLED
                                     VALUE_EQUAL_IS_CHANGE PROMISE_DOUBLE_COMPLETE
-                                    SHARING_SKIP_STOP SHARING_STALE_DELIVERY COUNTS_SKIP_REMOVAL)
+                                    SHARING_SKIP_STOP SHARING_STALE_DELIVERY COUNTS_SKIP_REMOVAL
+                                    SHARING_PARALLEL_RECONCILERS)
 # Generous outer bound: the stress tool enforces its own deadline and exits.
 hard_limit=$(( budget + 3 * deadline + 60 ))
 

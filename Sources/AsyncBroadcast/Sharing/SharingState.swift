@@ -126,7 +126,7 @@ struct SharingState {
 
     /// `true` if the caller must now run `reconcileSharing()`.
     mutating func claimReconciler() -> Bool {
-        guard !reconciling, needsAction else { return false }
+        guard !reconciling || Fault.sharingParallelReconcilers, needsAction else { return false }
         reconciling = true
         return true
     }

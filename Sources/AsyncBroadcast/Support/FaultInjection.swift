@@ -118,4 +118,14 @@ enum Fault {
         return false
         #endif
     }
+
+    /// A thread claims the sharing reconciler role even while another holds
+    /// it, so starts and stops (register and unregister) can overlap.
+    @inlinable static var sharingParallelReconcilers: Bool {
+        #if ASYNCBROADCAST_FAULT_SHARING_PARALLEL_RECONCILERS
+        return true
+        #else
+        return false
+        #endif
+    }
 }
