@@ -60,6 +60,8 @@ struct Group {
     var referenceFrom: String? = nil
     /// Value and promise workloads: their own table (ValuePromiseTable.swift).
     var v2: V2Info? = nil
+    /// Sharing workloads: their own table (SharingWorkloads.swift).
+    var sharing: SharingInfo? = nil
 }
 
 struct Row {
@@ -76,6 +78,7 @@ struct Row {
     /// BroadcastValue or BroadcastPromise: the peer the others in its cell are compared with.
     var isOurs = false
     var allocDivisor = 1
+    var sharing: SharingInfo? = nil
 }
 
 let lockName = LockStreamPeer<Int>.name
@@ -166,6 +169,7 @@ func buildGroups(_ o: CompareOptions) -> [Group] {
     }
     groups += valueGroups(o)
     groups += promiseGroups(o)
+    groups += sharingGroups(o)
     if let f = o.filter?.lowercased() {
         groups = groups.filter { $0.workload.lowercased().contains(f) }
     }
@@ -279,6 +283,7 @@ public func runComparison(_ o: CompareOptions) async -> Bool {
                     row.isOurs = p.peer.hasPrefix("Broadcast")
                     row.allocDivisor = info.allocsPerN ? g.n : allocUnits[i] ?? 1
                 }
+                row.sharing = g.sharing
                 rows.append(row)
             }
         }
@@ -290,12 +295,17 @@ public func runComparison(_ o: CompareOptions) async -> Bool {
         }
     }
 
-    let classic = rows.filter { $0.v2 == nil }
+    let classic = rows.filter { $0.v2 == nil && $0.sharing == nil }
     let v2 = rows.filter { $0.v2 != nil }
-    if !classic.isEmpty || v2.isEmpty { printTable(classic, o) }
+    let sharing = rows.filter { $0.sharing != nil }
+    if !classic.isEmpty || (v2.isEmpty && sharing.isEmpty) { printTable(classic, o) }
     if !v2.isEmpty {
         if !classic.isEmpty { print("") }
         printV2Table(v2, o)
+    }
+    if !sharing.isEmpty {
+        if !classic.isEmpty || !v2.isEmpty { print("") }
+        printSharingTable(sharing, o)
     }
     let seconds = Double(nowNanos() - t0) / 1e9
     print("")

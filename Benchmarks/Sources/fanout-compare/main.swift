@@ -7,6 +7,8 @@
 // --samples S (wake-ups per latency run), --reads R (per value-read run),
 // --updates K (per value-update run), --filter TEXT (workload name),
 // --peer TEXT (peer name), --n N (one subscriber count), --no-allocs.
+// `--filter value`, `--filter promise` and `--filter sharing` run those
+// workloads alone (each has its own table).
 //
 // Exits non-zero only if a run delivered a wrong result (count, sum, order):
 // status 1, or status 3 if a run never finished (watchdog, 120 s per run).
@@ -22,9 +24,9 @@ var options = CompareOptions()
 var countAllocs = true
 let arguments = Array(CommandLine.arguments.dropFirst())
 
-@MainActor func value(after flag: String) -> Int {
-    guard let i = arguments.firstIndex(of: flag), i + 1 < arguments.count, let v = Int(arguments[i + 1]), v > 0 else {
-        log("fanout-compare: \(flag) needs a positive number")
+@MainActor func value(after flag: String, minimum: Int = 1) -> Int {
+    guard let i = arguments.firstIndex(of: flag), i + 1 < arguments.count, let v = Int(arguments[i + 1]), v >= minimum else {
+        log("fanout-compare: \(flag) needs a \(minimum > 0 ? "positive" : "non-negative") number")
         exit(2)
     }
     return v
@@ -47,7 +49,8 @@ if arguments.contains("--reads") { options.valueReads = value(after: "--reads") 
 if arguments.contains("--updates") { options.valueUpdates = value(after: "--updates") }
 if let i = arguments.firstIndex(of: "--filter"), i + 1 < arguments.count { options.filter = arguments[i + 1] }
 if let i = arguments.firstIndex(of: "--peer"), i + 1 < arguments.count { options.peerFilter = arguments[i + 1] }
-if arguments.contains("--n") { options.onlyN = value(after: "--n") }
+// 0: the subscriberCounts cell with no other subscribers.
+if arguments.contains("--n") { options.onlyN = value(after: "--n", minimum: 0) }
 if arguments.contains("--no-allocs") { countAllocs = false }
 
 // MARK: Allocation counting
