@@ -1,5 +1,10 @@
 import Testing
 import AsyncBroadcastTestSupport
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
 
 /// The manual clock the timer tests rely on: sleepers wake only when
 /// `advance` reaches their deadline, cancellation wakes them at once, and
@@ -210,7 +215,9 @@ import AsyncBroadcastTestSupport
             let racer = Task {
                 try await onThread("the racing thread") {
                     ready.value = true
-                    while !started.value || sleeper.value == nil {}
+                    // Yield while spinning: a bare spin starves the tasks of
+                    // tests running beside this one on a 2-core machine.
+                    while !started.value || sleeper.value == nil { sched_yield() }
                     for _ in 0..<spin { _ = started.value }   // a short, varied delay
                     if cancels { sleeper.value!.cancel() } else { clock.advance(by: .seconds(1)) }
                 }
