@@ -213,22 +213,29 @@ func events<Value: Sendable & Equatable>(
 ) async throws -> [ValueEvent<Value>] {
     try await withDeadline("end of throwing value subscription") {
         var iterator = subscription.makeAsyncIterator()
-        var result: [ValueEvent<Value>] = []
-        while result.count < limit {
-            do throws(TestError) {
-                guard let value = try await iterator.next() else { result.append(.end); break }
-                result.append(.value(value))
-            } catch {
-                result.append(.error(error))
-            }
-        }
+        return await recordEvents(limit: limit) { () async throws(TestError) -> Value? in try await iterator.next() }
+    }
+}
+
+/// The loop behind both `events(_:)`: `next` is one iterator's `next()`.
+func recordEvents<Element>(
+    limit: Int, _ next: () async throws(TestError) -> Element?
+) async -> [ValueEvent<Element>] {
+    var result: [ValueEvent<Element>] = []
+    while result.count < limit {
         do throws(TestError) {
-            if let extra = try await iterator.next() { result.append(.value(extra)) }
+            guard let element = try await next() else { result.append(.end); break }
+            result.append(.value(element))
         } catch {
             result.append(.error(error))
         }
-        return result
     }
+    do throws(TestError) {
+        if let extra = try await next() { result.append(.value(extra)) }
+    } catch {
+        result.append(.error(error))
+    }
+    return result
 }
 
 /// Runs `body` on a thread of its own (not the cooperative pool), failing
@@ -329,21 +336,7 @@ func events<Element: Sendable & Equatable>(
 ) async throws -> [ValueEvent<Element>] {
     try await withDeadline("end of throwing subscription") {
         var iterator = subscription.makeAsyncIterator()
-        var result: [ValueEvent<Element>] = []
-        while result.count < limit {
-            do throws(TestError) {
-                guard let element = try await iterator.next() else { result.append(.end); break }
-                result.append(.value(element))
-            } catch {
-                result.append(.error(error))
-            }
-        }
-        do throws(TestError) {
-            if let extra = try await iterator.next() { result.append(.value(extra)) }
-        } catch {
-            result.append(.error(error))
-        }
-        return result
+        return await recordEvents(limit: limit) { () async throws(TestError) -> Element? in try await iterator.next() }
     }
 }
 

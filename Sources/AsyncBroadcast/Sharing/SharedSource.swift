@@ -59,6 +59,10 @@ extension SharedSource {
 extension SharedSource where Failure == any Error {
     /// `typed` for systems without `AsyncSequence.Failure` (before macOS 15 /
     /// iOS 18): iterates with the untyped `next()`.
+    ///
+    /// The loop repeats `typed`'s on purpose: sharing it would mean passing
+    /// `next` as a typed-throws closure, and typed-throws function types
+    /// need the macOS 15 runtime, which this form must not.
     @inlinable
     static func untyped<Upstream: AsyncSequence & Sendable>(
         _ makeUpstream: @escaping @Sendable () -> Upstream
