@@ -21,10 +21,13 @@ let package = Package(
     targets: [
         // C11 atomics and an OS mutex behind static inline functions, so the
         // library does not need the `Synchronization` module (macOS 15+).
-        .target(name: "CAtomics"),
+        // Underscored because it is not API: the library imports it publicly
+        // only so that clients' specializations of its inlinable hot paths
+        // can inline the atomics (as swift-atomics does with `_AtomicsShims`).
+        .target(name: "_CAtomics"),
         .target(
             name: "AsyncBroadcast",
-            dependencies: ["CAtomics"],
+            dependencies: ["_CAtomics"],
             swiftSettings: [.swiftLanguageMode(.v6)] + internalChecks
         ),
         .target(

@@ -1,4 +1,4 @@
-internal import CAtomics
+public import _CAtomics  // public for the inlinable wrappers: see AtomicInt.swift
 
 /// A lock and up to `wordCount` atomic words (all starting at 0) in one C
 /// allocation.
@@ -10,15 +10,14 @@ internal import CAtomics
 /// `deinit`; the `Lock` and `AtomicInt` views must not be destroyed.
 @usableFromInline
 struct AtomicBlock: @unchecked Sendable {
+    /// `cab_block` is opaque to Swift (an incomplete C type).
     @usableFromInline let raw: OpaquePointer
 
-    @usableFromInline init(wordCount: Int) { raw = cab_block_create(wordCount) }
+    @inlinable init(wordCount: Int) { raw = cab_block_create(wordCount) }
 
-    @usableFromInline func destroy() { cab_block_destroy(raw) }
+    @inlinable func destroy() { cab_block_destroy(raw) }
 
-    @usableFromInline var lock: Lock { Lock(unowned: OpaquePointer(cab_block_lock(raw))) }
+    @inlinable var lock: Lock { Lock(unowned: cab_block_lock(raw)) }
 
-    @usableFromInline func word(_ index: Int) -> AtomicInt {
-        AtomicInt(unowned: OpaquePointer(cab_block_word(raw, index)))
-    }
+    @inlinable func word(_ index: Int) -> AtomicInt { AtomicInt(unowned: cab_block_word(raw, index)) }
 }

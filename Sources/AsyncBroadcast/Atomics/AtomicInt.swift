@@ -1,50 +1,53 @@
-internal import CAtomics
+// Public only so that the `@inlinable` wrappers below can name the C
+// functions: clients' specializations of the generic hot paths then inline
+// the C11 atomics instead of calling a wrapper per operation. `_CAtomics` is
+// underscored and is not API (see its header).
+public import _CAtomics
 
 /// A word-sized C11 atomic from the C shim, with the memory order spelled out
 /// in every operation's name.
 ///
-/// Like `Lock`, it wraps a stable C allocation that its owner destroys once,
-/// and keeps the C type out of its inlinable surface.
+/// Like `Lock`, it wraps a stable C allocation that its owner destroys once.
+/// Every operation is inlinable, down to the `static inline` C function, so
+/// an atomic in client-specialized code is one instruction, not two calls.
 @usableFromInline
 struct AtomicInt: @unchecked Sendable {
-    @usableFromInline let raw: OpaquePointer
+    @usableFromInline let raw: UnsafeMutablePointer<cab_atomic_int>
 
-    @usableFromInline init(_ initial: Int) { raw = OpaquePointer(cab_atomic_int_create(initial)) }
+    @inlinable init(_ initial: Int) { raw = cab_atomic_int_create(initial) }
 
     /// A word owned by someone else (an `AtomicBlock`): never `destroy()` it.
-    @usableFromInline init(unowned raw: OpaquePointer) { self.raw = raw }
+    @inlinable init(unowned raw: UnsafeMutablePointer<cab_atomic_int>) { self.raw = raw }
 
-    @usableFromInline func destroy() { cab_atomic_int_destroy(UnsafeMutablePointer(raw)) }
+    @inlinable func destroy() { cab_atomic_int_destroy(raw) }
 
-    @usableFromInline func loadRelaxed() -> Int { cab_atomic_int_load_relaxed(UnsafeMutablePointer(raw)) }
-    @usableFromInline func storeRelaxed(_ value: Int) { cab_atomic_int_store_relaxed(UnsafeMutablePointer(raw), value) }
-    @usableFromInline func loadAcquire() -> Int { cab_atomic_int_load_acquire(UnsafeMutablePointer(raw)) }
-    @usableFromInline func loadSequentiallyConsistent() -> Int { cab_atomic_int_load_seq_cst(UnsafeMutablePointer(raw)) }
-    @usableFromInline func storeRelease(_ value: Int) { cab_atomic_int_store_release(UnsafeMutablePointer(raw), value) }
-    @usableFromInline func storeSequentiallyConsistent(_ value: Int) {
-        cab_atomic_int_store_seq_cst(UnsafeMutablePointer(raw), value)
-    }
-    @usableFromInline func exchangeAcquiringAndReleasing(_ value: Int) -> Int {
-        cab_atomic_int_exchange_acq_rel(UnsafeMutablePointer(raw), value)
+    @inlinable func loadRelaxed() -> Int { cab_atomic_int_load_relaxed(raw) }
+    @inlinable func storeRelaxed(_ value: Int) { cab_atomic_int_store_relaxed(raw, value) }
+    @inlinable func loadAcquire() -> Int { cab_atomic_int_load_acquire(raw) }
+    @inlinable func loadSequentiallyConsistent() -> Int { cab_atomic_int_load_seq_cst(raw) }
+    @inlinable func storeRelease(_ value: Int) { cab_atomic_int_store_release(raw, value) }
+    @inlinable func storeSequentiallyConsistent(_ value: Int) { cab_atomic_int_store_seq_cst(raw, value) }
+    @inlinable func exchangeAcquiringAndReleasing(_ value: Int) -> Int {
+        cab_atomic_int_exchange_acq_rel(raw, value)
     }
 
     /// Strong compare-and-exchange with acquire-release ordering on success.
-    @usableFromInline
+    @inlinable
     func compareExchange(expected: Int, desired: Int) -> (exchanged: Bool, original: Int) {
         var expected = expected
-        let exchanged = cab_atomic_int_cas_acq_rel(UnsafeMutablePointer(raw), &expected, desired)
+        let exchanged = cab_atomic_int_cas_acq_rel(raw, &expected, desired)
         return (exchanged, expected)
     }
 
-    @usableFromInline func fetchAddAcquiringAndReleasing(_ delta: Int) -> Int {
-        cab_atomic_int_fetch_add_acq_rel(UnsafeMutablePointer(raw), delta)
+    @inlinable func fetchAddAcquiringAndReleasing(_ delta: Int) -> Int {
+        cab_atomic_int_fetch_add_acq_rel(raw, delta)
     }
 
-    @usableFromInline func fetchOrAcquiringAndReleasing(_ bits: Int) -> Int {
-        cab_atomic_int_fetch_or_acq_rel(UnsafeMutablePointer(raw), bits)
+    @inlinable func fetchOrAcquiringAndReleasing(_ bits: Int) -> Int {
+        cab_atomic_int_fetch_or_acq_rel(raw, bits)
     }
 }
 
 /// A sequentially consistent fence (see `cab_thread_fence_seq_cst`).
-@usableFromInline
+@inlinable
 func sequentiallyConsistentFence() { cab_thread_fence_seq_cst() }

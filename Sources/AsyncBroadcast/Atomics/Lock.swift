@@ -1,4 +1,4 @@
-internal import CAtomics
+public import _CAtomics  // public for the inlinable wrappers: see AtomicInt.swift
 
 /// An OS mutex (pthread mutex on Linux, `os_unfair_lock` on Apple platforms)
 /// from the C shim.
@@ -8,27 +8,27 @@ internal import CAtomics
 /// guarded by it do bounded work and never run user code (no continuation
 /// resumes, no element deinitializers).
 ///
-/// The pointer is stored untyped and the operations are not inlinable, so
-/// that `CAtomics` stays an internal import while the generic code that uses
-/// the lock is `@inlinable` (and so specialized in the client).
+/// The operations are inlinable so that the generic code that uses the lock,
+/// specialized in the client, calls `pthread_mutex_lock` directly rather than
+/// through a wrapper.
 @usableFromInline
 struct Lock: @unchecked Sendable {
-    @usableFromInline let raw: OpaquePointer
+    @usableFromInline let raw: UnsafeMutablePointer<cab_lock>
 
-    @usableFromInline init() { raw = OpaquePointer(cab_lock_create()) }
+    @inlinable init() { raw = cab_lock_create() }
 
     /// A mutex owned by someone else (an `AtomicBlock`): never `destroy()` it.
-    @usableFromInline init(unowned raw: OpaquePointer) { self.raw = raw }
+    @inlinable init(unowned raw: UnsafeMutablePointer<cab_lock>) { self.raw = raw }
 
-    @usableFromInline func destroy() { cab_lock_destroy(UnsafeMutablePointer(raw)) }
+    @inlinable func destroy() { cab_lock_destroy(raw) }
 
-    @usableFromInline func lock() { cab_lock_lock(UnsafeMutablePointer(raw)) }
-    @usableFromInline func unlock() { cab_lock_unlock(UnsafeMutablePointer(raw)) }
+    @inlinable func lock() { cab_lock_lock(raw) }
+    @inlinable func unlock() { cab_lock_unlock(raw) }
     /// `true` if the lock was free and is now held.
-    @usableFromInline func tryLock() -> Bool { cab_lock_trylock(UnsafeMutablePointer(raw)) }
+    @inlinable func tryLock() -> Bool { cab_lock_trylock(raw) }
 
     /// A non-zero word naming the calling thread (see `ReentranceGuard`).
-    @usableFromInline static func currentThreadID() -> Int { cab_current_thread_id() }
+    @inlinable static func currentThreadID() -> Int { cab_current_thread_id() }
 
     @inlinable
     func withLock<R, E: Error>(_ body: () throws(E) -> R) throws(E) -> R {

@@ -1,4 +1,4 @@
-// CAtomics: the only synchronization primitives AsyncBroadcast uses.
+// _CAtomics: the only synchronization primitives AsyncBroadcast uses.
 //
 // C11 <stdatomic.h> and an OS mutex behind `static inline` functions, so the
 // Swift library can run where the `Synchronization` module is unavailable
@@ -6,10 +6,16 @@
 // synchronization edge (it does not see Synchronization.Mutex's futex on
 // Linux). Every operation names its memory order.
 //
+// Underscored, like swift-atomics' `_AtomicsShims`, because it is not API:
+// AsyncBroadcast imports it publicly only so that its `@inlinable` wrappers
+// (`AtomicInt`, `Lock`, `AtomicBlock`) can call these functions, which puts
+// them, inlined, in the clients' specializations of the generic hot paths.
+// Clients must not import it; it may change with any release.
+//
 // Objects are heap-allocated here and handed to Swift as pointers: Swift must
 // never move an atomic or a mutex, and a C allocation has a stable address.
-#ifndef CATOMICS_H
-#define CATOMICS_H
+#ifndef ASYNCBROADCAST_CATOMICS_H
+#define ASYNCBROADCAST_CATOMICS_H
 
 
 #include <stdatomic.h>
@@ -223,7 +229,7 @@ static inline void cab_block_destroy(cab_block *_Nonnull block) {
     free(block);
 }
 
-// MARK: - ThreadSanitizer (defined in CAtomics.c)
+// MARK: - ThreadSanitizer (defined in _CAtomics.c)
 //
 // Between these two calls the current thread's memory accesses are not
 // recorded by ThreadSanitizer (its synchronisation still is); outside TSan
@@ -234,4 +240,4 @@ void cab_tsan_ignore_accesses_end(void);
 /// Whether this build runs under ThreadSanitizer (for tests).
 bool cab_tsan_is_active(void);
 
-#endif /* CATOMICS_H */
+#endif /* ASYNCBROADCAST_CATOMICS_H */

@@ -1,9 +1,9 @@
-// Almost everything lives in include/CAtomics.h as static inline functions.
+// Almost everything lives in include/_CAtomics.h as static inline functions.
 // The ThreadSanitizer hooks below are out of line on purpose: this file is
 // compiled with the package's sanitizer flags (`-fsanitize=thread` under
 // `swift build --sanitize=thread`), so `__has_feature(thread_sanitizer)`
 // tells whether the TSan runtime is there to call.
-#include "CAtomics.h"
+#include "_CAtomics.h"
 
 #if defined(__has_feature)
 #if __has_feature(thread_sanitizer)
