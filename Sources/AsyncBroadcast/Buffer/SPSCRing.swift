@@ -9,7 +9,11 @@ final class SPSCSegment<Element> {
     @usableFromInline let base: Int
     @usableFromInline let mask: Int
     @usableFromInline let slots: UnsafeMutablePointer<Element>
-    @usableFromInline var next: SPSCSegment<Element>?
+    /// Written once, by the producer before its release store of `end`; read
+    /// by the consumer only after its acquire load of `end` sees that store.
+    /// Unchecked: the runtime check could only catch an overlap on one
+    /// thread, and neither side holds an access across a call.
+    @exclusivity(unchecked) @usableFromInline var next: SPSCSegment<Element>?
     @usableFromInline let end = AtomicInt(.max)
 
     @inlinable var capacity: Int { mask + 1 }
@@ -66,13 +70,22 @@ final class SPSCRing<Element> {
     // both sides touch would bounce its reference count between cores.
     // `consumerOwner` keeps the consumer's segment alive, and each segment
     // keeps its `next` alive, so every segment up to the producer's is owned.
-    @usableFromInline unowned(unsafe) var producerSegment: SPSCSegment<Element>
-    @usableFromInline var producerTail = 0
-    @usableFromInline var producerCachedHead = 0
+    //
+    // The six side-owned fields below skip the runtime exclusivity check
+    // (`swift_beginAccess` on every read and write, ~13 % of push/pop in a
+    // profile). The design already excludes overlapping accesses: producer
+    // fields are touched only under the sequence lock, consumer fields only
+    // by the holder of the consumer slot (`SubscriberCore.consumerBusy`),
+    // and `deinit` runs alone. Every access is a plain load or store that
+    // never spans a call into user code, so there is no same-thread overlap
+    // for the check to find either (it cannot see other threads anyway).
+    @exclusivity(unchecked) @usableFromInline unowned(unsafe) var producerSegment: SPSCSegment<Element>
+    @exclusivity(unchecked) @usableFromInline var producerTail = 0
+    @exclusivity(unchecked) @usableFromInline var producerCachedHead = 0
 
-    @usableFromInline unowned(unsafe) var consumerSegment: SPSCSegment<Element>
-    @usableFromInline var consumerOwner: SPSCSegment<Element>
-    @usableFromInline var consumerHead = 0
+    @exclusivity(unchecked) @usableFromInline unowned(unsafe) var consumerSegment: SPSCSegment<Element>
+    @exclusivity(unchecked) @usableFromInline var consumerOwner: SPSCSegment<Element>
+    @exclusivity(unchecked) @usableFromInline var consumerHead = 0
 
     @inlinable
     init(capacity: Int, tail: AtomicInt, head: AtomicInt) {
@@ -133,6 +146,40 @@ final class SPSCRing<Element> {
         }
         (segment.slots + (producerTail & segment.mask)).initialize(to: element)
         producerTail += 1
+        tail.storeRelease(producerTail)
+    }
+
+    /// Appends `elements` in order and publishes `tail` once.
+    @inlinable
+    func push(contentsOf elements: UnsafeBufferPointer<Element>) {
+        var source = elements.baseAddress.unsafelyUnwrapped
+        var remaining = elements.count
+        while remaining > 0 {
+            unowned(unsafe) var segment = producerSegment
+            var free = segment.capacity - (producerTail - Swift.max(producerCachedHead, segment.base))
+            if free < remaining {
+                producerCachedHead = head.loadAcquire()
+                free = segment.capacity - (producerTail - Swift.max(producerCachedHead, segment.base))
+                if free == 0 {
+                    let fresh = SPSCSegment<Element>(
+                        base: producerTail,
+                        capacity: Swift.min(segment.capacity * 2, Self.maximumSegmentCapacity))
+                    segment.next = fresh
+                    segment.end.storeRelease(producerTail)
+                    producerSegment = fresh
+                    segment = fresh
+                    free = segment.capacity
+                }
+            }
+            let count = Swift.min(free, remaining)
+            let start = producerTail & segment.mask
+            let first = Swift.min(count, segment.capacity - start)
+            (segment.slots + start).initialize(from: source, count: first)
+            if count > first { segment.slots.initialize(from: source + first, count: count - first) }
+            producerTail += count
+            source += count
+            remaining -= count
+        }
         tail.storeRelease(producerTail)
     }
 
