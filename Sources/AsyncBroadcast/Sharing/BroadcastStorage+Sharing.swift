@@ -171,18 +171,11 @@ extension BroadcastStorage {
 
     // MARK: Batches
 
-    /// `send(contentsOf:)`: one section for the whole batch.
+    /// `send(contentsOf:)`: one section and one wake pass for the whole batch.
     @inlinable
     func send(batch: UnsafeBufferPointer<Element>) -> BroadcastSendResult {
         withState { state, effects in
-            guard state.terminal == nil else { return .finished }
-            var total = BroadcastSendResult()
-            for element in batch {
-                let result = state.deliver(element, effects: &effects)
-                total.delivered += result.delivered
-                total.dropped += result.dropped
-            }
-            return total
+            state.terminal == nil ? state.deliver(batch: batch, effects: &effects) : .finished
         }
     }
 }

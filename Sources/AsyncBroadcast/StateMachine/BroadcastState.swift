@@ -142,21 +142,60 @@ struct BroadcastState<Element: Sendable, Failure: Error>: ~Copyable {
                 break
             }
         }
-        // Publish everything, then wake parked readers (see `Parking`).
-        // A parked reader's buffer was empty, so this send gave it the
-        // element (or it is ending): none of these wakes is spurious.
-        if Parking.producerMayNeedToWake(parkedCount: parkedConsumers) {
-            for subscriber in subscribers {
-                if let continuation = subscriber._withUnsafeGuaranteedRef({ $0.parking.tryUnpark() }) {
-                    effects.resume(continuation)
-                }
-            }
+        wakeParkedReaders(effects: &effects)
+        if replayLimit > 0 { remember(element, effects: &effects) }
+        return result
+    }
+
+    /// `send(contentsOf:)`: hands every element of `batch`, in order, to
+    /// each subscriber in turn, then wakes parked readers once. What each
+    /// subscriber holds, drops and counts is what consecutive `deliver`
+    /// calls would give if no woken reader ran before the last of them (a
+    /// parked capacity-0 reader takes the first element, the rest is
+    /// dropped). The wake pass's fence and scan are paid per batch, not per
+    /// element: a reader woken after the first element would often find
+    /// the rest still coming and park again.
+    @inlinable
+    mutating func deliver(batch: UnsafeBufferPointer<Element>, effects: inout Effects<Element>) -> BroadcastSendResult {
+        var result = BroadcastSendResult()
+        guard !batch.isEmpty else { return result }
+        for subscriber in subscribers {
+            let (delivered, dropped, full) = subscriber._withUnsafeGuaranteedRef { $0.offer(batch: batch, effects: &effects) }
+            result.delivered += delivered
+            result.dropped += dropped
+            // `send` never waits: a `.bounded` subscriber takes the whole
+            // batch even past its capacity, and counts as full from then on.
+            if full { markFull(subscriber.takeUnretainedValue()) }
         }
+        wakeParkedReaders(effects: &effects)
         if replayLimit > 0 {
-            if replay.count == replayLimit { effects.release(replay.popFirst().unsafelyUnwrapped) }
-            replay.append(element)
+            // Only the last `replayLimit` elements can stay in the window.
+            let kept = batch.count > replayLimit ? batch.count - replayLimit : 0
+            for element in batch[kept...] { remember(element, effects: &effects) }
         }
         return result
+    }
+
+    /// Call after publishing a send's elements to every subscriber.
+    ///
+    /// Publish everything, then wake parked readers (see `Parking`). A
+    /// parked reader's buffer was empty, so the send gave it an element (or
+    /// it is ending): none of these wakes is spurious.
+    @inlinable
+    func wakeParkedReaders(effects: inout Effects<Element>) {
+        guard Parking.producerMayNeedToWake(parkedCount: parkedConsumers) else { return }
+        for subscriber in subscribers {
+            if let continuation = subscriber._withUnsafeGuaranteedRef({ $0.parking.tryUnpark() }) {
+                effects.resume(continuation)
+            }
+        }
+    }
+
+    /// Appends `element` to the replay window, evicting its oldest when full.
+    @inlinable
+    mutating func remember(_ element: Element, effects: inout Effects<Element>) {
+        if replay.count == replayLimit { effects.release(replay.popFirst().unsafelyUnwrapped) }
+        replay.append(element)
     }
 
     /// `true` when a new `emit` may deliver now: nobody queued ahead of it and

@@ -170,6 +170,28 @@ struct SubscriberBuffer<Element: Sendable>: @unchecked Sendable {
         }
     }
 
+    /// `offer` for each element of `batch` in turn; returns (delivered, dropped, full).
+    @inlinable
+    func offer(batch: UnsafeBufferPointer<Element>, parking: Parking, effects: inout Effects<Element>) -> (Int, Int, Bool) {
+        if case .lockFree(let ring) = storage, !dropsNewest {
+            return ring._withUnsafeGuaranteedRef { ring in
+                ring.push(contentsOf: batch)
+                return (batch.count, 0, isBounded && ring.producerCountReaches(limit))
+            }
+        }
+        var delivered = 0, dropped = 0, full = false
+        for element in batch {
+            switch offer(element, parking: parking, effects: &effects) {
+            case .delivered: delivered += 1
+            case .deliveredFull: delivered += 1; full = true
+            case .deliveredEvicting: delivered += 1; dropped += 1
+            case .dropped: dropped += 1
+            case .skipped: break
+            }
+        }
+        return (delivered, dropped, full)
+    }
+
     @inlinable
     func countDrop() {
         dropped.storeRelease(dropped.loadRelaxed() + 1)  // single writer: the sequence lock holder

@@ -139,6 +139,14 @@ final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendab
         return outcome
     }
 
+    @inlinable
+    func offer(batch: UnsafeBufferPointer<Element>, effects: inout Effects<Element>) -> (Int, Int, Bool) {
+        if parking.isCancelled { return (0, 0, false) }
+        let outcome = buffer.offer(batch: batch, parking: parking, effects: &effects)
+        buffer.checkProducerInvariants()
+        return outcome
+    }
+
     /// Records the sequence's terminal event and wakes a parked reader.
     /// Returns `true` if the buffer is empty: the subscriber has ended and
     /// leaves the sequence now.
