@@ -52,11 +52,12 @@ import Testing
         expectMessage(result, "AsyncBroadcast misuse: concurrent next() calls on one Subscription")
     }
 
-    /// A second consumer while the first is inside `next()` but not parked
-    /// yet (held at its `Task.yield()` by a manual executor). A check made
-    /// only when parking lets this one through: it must trap on entry,
-    /// before it touches the buffer.
-    @Test func concurrentNextBeforeTheFirstParksTraps() async {
+    /// A second consumer while the first is inside `next()` but not parked:
+    /// woken by a send, and held before it runs again by a manual executor
+    /// (it still holds the consumer slot). A check made only when parking
+    /// lets this one through: it must trap on entry, before it takes the
+    /// element meant for the first.
+    @Test func concurrentNextBeforeTheFirstRunsAgainTraps() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             let executor = ManualExecutor()
             let sequence = BroadcastSequence(of: Int.self)
@@ -65,9 +66,10 @@ import Testing
                 var iterator = subscription.makeAsyncIterator()
                 _ = await iterator.next()
             }
-            executor.run(at: 0)  // polls, finds nothing, and yields: not parked
-            precondition(!subscription.isConsumerWaiting)
-            sequence.send(1)
+            executor.runUntilIdle()  // polls, finds nothing, parks
+            precondition(subscription.isConsumerWaiting)
+            sequence.send(1)  // wakes the first: queued, not run
+            precondition(!subscription.isConsumerWaiting && executor.queuedCount == 1)
             _ = subscription.poll()  // the second consumer
             _ = first
         }

@@ -106,7 +106,7 @@ public final class ModelSubscriber: CustomStringConvertible {
     /// A parked reader was resumed and has not run yet.
     public var woken = false
     /// A reader holds the consumer slot: it is suspended inside `next()`
-    /// (yielding, parked, or resumed and not yet run).
+    /// (parked, or resumed and not yet run).
     public var consumerBusy = false
     /// References that keep the `Subscription` alive (the driver's slot,
     /// a reading task). At 0 it is released, which cancels it.

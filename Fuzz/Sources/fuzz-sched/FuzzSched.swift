@@ -52,11 +52,10 @@ final class Mailbox: @unchecked Sendable {
 
 final class ReaderModel {
     enum PC: CustomStringConvertible {
-        case start, yielding, waiting, done
+        case start, waiting, done
         var description: String {
             switch self {
             case .start: return "starting next()"
-            case .yielding: return "yielding in next()"
             case .waiting: return "waiting in next()"
             case .done: return "done"
             }
@@ -537,8 +536,8 @@ final class SchedProgram {
     /// returns what its `next()` calls return meanwhile. Follows
     /// `SubscriberCore.next`: claim the consumer slot for the whole call;
     /// on the iterator's 1st call and every 32nd, a cancelled task ends the
-    /// subscriber (as `cancel()`, `nil`); try to read; `Task.yield()`; try
-    /// again; then wait (park) until woken, and read again.
+    /// subscriber (as `cancel()`, `nil`); try to read; then wait (park,
+    /// with no suspension before it) until woken, and read again.
     func simulate(_ r: ReaderModel, _ task: TaskRecord) -> [ReadResult] {
         var results: [ReadResult] = []
         let sub = r.sub
@@ -579,13 +578,6 @@ final class SchedProgram {
                     if finishRead(model.endByConsumer(sub)) { return results }
                     continue
                 }
-                let result = model.poll(sub)
-                if result == .empty {
-                    r.pc = .yielding
-                    return results
-                }
-                if finishRead(result) { return results }
-            case .yielding:
                 let result = model.poll(sub)
                 if result == .empty {
                     if enterWait() { return results }
@@ -642,7 +634,7 @@ final class SchedProgram {
             let runnable: Bool
             switch task.kind {
             case .reader(let r):
-                runnable = r.pc == .start || r.pc == .yielding || (r.pc == .waiting && r.sub.woken)
+                runnable = r.pc == .start || (r.pc == .waiting && r.sub.woken)
             case .emitter(let e):
                 runnable = e.state == .notStarted || e.isDecided
             case .subscriber:

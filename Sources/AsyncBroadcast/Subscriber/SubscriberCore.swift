@@ -319,29 +319,29 @@ final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendab
             releaseConsumer()
             throw error
         case .empty:
-            return try await nextSlow(isolation: actor)
-        }
-    }
-
-    /// `next()` with nothing buffered: yields once, then parks. Releases the
-    /// consumer slot that `next()` claimed.
-    @inlinable
-    func nextSlow(isolation actor: isolated (any Actor)?) async throws(Failure) -> Element? {
-        defer { releaseConsumer() }
-        // Let the producer run once before parking: a consumer that keeps
-        // up would otherwise park and be woken for every single element.
-        await Task.yield()
-        switch pollClaimed() {
-        case .element(let element): return element
-        case .end: return nil
-        case .failure(let error): throw error
-        case .empty: return try await waitForNext(isolation: actor)
+            return try await waitForNext(isolation: actor)
         }
     }
 
     /// The slow path: park until an element, the end, or cancellation.
+    /// Releases the consumer slot that `next()` claimed.
+    ///
+    /// It parks at once, with no `Task.yield()` (or spin) first. A yield
+    /// allocates a runtime job for every catch-up, and, being nonisolated,
+    /// takes an actor-isolated reader off its actor and back (two executor
+    /// hops for a `@MainActor` loop). A spin holds a cooperative thread that
+    /// other readers need, and contends for the producer's cache line.
+    /// `park` looks for work once more after announcing itself, so an element
+    /// sent meanwhile is never slept through.
+    ///
+    /// Known gap: in Swift 6.3 the operation closure of
+    /// `withTaskCancellationHandler` is nonisolated whatever its `isolation:`
+    /// (swiftlang/swift#85518 makes it `nonisolated(nonsending)`), so an
+    /// actor-isolated reader may still switch executors around its
+    /// suspension; it costs its actor one enqueue per wake-up, no more.
     @inlinable
     func waitForNext(isolation actor: isolated (any Actor)?) async throws(Failure) -> Element? {
+        defer { releaseConsumer() }
         while true {
             await withTaskCancellationHandler {
                 await withUnsafeContinuation(isolation: actor) { (continuation: UnsafeContinuation<Void, Never>) in
