@@ -79,12 +79,25 @@ struct Row {
     var isOurs = false
     var allocDivisor = 1
     var sharing: SharingInfo? = nil
+    /// Median producer-side ns per delivery (throughput runs).
+    var producerMedian: Double? = nil
 }
 
 let lockName = LockStreamPeer<Int>.name
 let oursName = BroadcastPeer<Int>.name
 
 // MARK: Cell catalogue
+
+let batchSize = 64
+let batchWorkload = "batch: send vs send(contentsOf:) ×\(batchSize)"
+let batchSingleName = "AsyncBroadcast send(_:)"
+let batchName = "AsyncBroadcast send(contentsOf:) ×\(batchSize)"
+let churnWorkload = "churn: ns per subscribe+cancel"
+
+func floorCell(n: Int, m: Int) -> PeerCell {
+    let items = Array(0..<m)
+    return PeerCell(peer: FloorPeer.name) { meter in runFloor(items: items, subscribers: n, meter: meter) }
+}
 
 func throughputPeers<E: Payload>(
     _: E.Type, policy: Policy, n: Int, items: [E], producers: Int = 1
@@ -131,11 +144,31 @@ func buildGroups(_ o: CompareOptions) -> [Group] {
         }
     }
     throughput("unbounded", Int.self, policy: .unbounded)
+    // The single-threaded floor (Floor.swift) beside the unbounded Int cells.
+    for i in groups.indices where groups[i].workload == "unbounded" {
+        groups[i].peers.append(floorCell(n: groups[i].n, m: m(groups[i].n)))
+    }
     throughput("newest(1024)", Int.self, policy: .newest(1024))
     throughput("bounded(1024) emit", Int.self, policy: .bounded(1024))
     throughput("4 producers", Int.self, policy: .unbounded, producers: 4)
     throughput("class payload", RefPayload.self, policy: .unbounded)
     throughput("64-byte struct", Payload64.self, policy: .unbounded)
+
+    // send(_:) against send(contentsOf:) in batches of `batchSize`, same
+    // subscribers, same elements; the ratio column compares with send(_:).
+    for n in [1, 4, 16, 64] {
+        let items = Array(0..<m(n))
+        groups.append(Group(workload: batchWorkload, n: n, peers: [
+            PeerCell(peer: batchSingleName) { meter in
+                await runFanout(BroadcastPeer<Int>.self, policy: .unbounded, subscribers: n, items: items, meter: meter)
+            },
+            PeerCell(peer: batchName) { meter in
+                await runFanout(BroadcastPeer<Int>.self, policy: .unbounded, subscribers: n, items: items,
+                                mode: .batch(batchSize), meter: meter)
+            },
+            floorCell(n: n, m: m(n)),
+        ]))
+    }
 
     let cycles = o.churnCycles
     for n in ns {
@@ -149,7 +182,7 @@ func buildGroups(_ o: CompareOptions) -> [Group] {
                 await runCombineChurn(subscribers: n, cycles: cycles, meter: meter)
             })
         }
-        groups.append(Group(workload: "churn: ns per subscribe+cancel", n: n, peers: peers))
+        groups.append(Group(workload: churnWorkload, n: n, peers: peers))
     }
 
     let samples = o.latencySamples
@@ -221,6 +254,7 @@ public func runComparison(_ o: CompareOptions) async -> Bool {
         var allocUnits = [Int: Int]()
         var errors = [Int: String]()
         var fractions = [Int: [Double]]()
+        var producerSamples = [Int: [Double]]()
 
         func run(_ i: Int, _ meter: AllocMeter?) async -> RunResult {
             watchdog.beat("\(g.workload), N = \(g.n), \(g.peers[i].peer)")
@@ -238,6 +272,9 @@ public func runComparison(_ o: CompareOptions) async -> Bool {
                 p99s[i, default: []].append(percentile(r.latencies, 0.99))
             } else {
                 samples[i, default: []].append(r.nanosPerUnit)
+                if let p = r.producerNanos {
+                    producerSamples[i, default: []].append(Double(p) / Double(max(r.units, 1)))
+                }
             }
             fractions[i, default: []].append(r.receivedFraction)
         }
@@ -284,6 +321,7 @@ public func runComparison(_ o: CompareOptions) async -> Bool {
                     row.allocDivisor = info.allocsPerN ? g.n : allocUnits[i] ?? 1
                 }
                 row.sharing = g.sharing
+                row.producerMedian = producerSamples[i].map(median)
                 rows.append(row)
             }
         }
@@ -357,32 +395,71 @@ func fmtAllocs(_ per: Double, _ total: Int) -> String {
 func printTable(_ rows: [Row], _ o: CompareOptions) {
     func key(_ r: Row) -> String { "\(r.workload)|\(r.n)" }
     var reference = [String: Double]()
-    for r in rows where r.peer == lockName { reference[key(r)] = r.median }
+    var referenceAllocs = [String: Double]()
+    var floor = [String: Double]()
+    var single = [String: Double]()
+    var singleProducer = [String: Double]()
+    for r in rows {
+        if r.workload == batchWorkload && r.peer == batchSingleName { singleProducer[key(r)] = r.producerMedian }
+        if r.peer == lockName {
+            reference[key(r)] = r.median
+            if r.mallocs != nil { referenceAllocs[key(r)] = r.allocs }
+        }
+        if r.peer == FloorPeer.name { floor[key(r)] = r.median }
+        if r.workload == batchWorkload && r.peer == batchSingleName { single[key(r)] = r.median }
+    }
 
-    print("| workload | N | peer | median ns/delivery | min ns/delivery | allocs/delivery | ratio vs lock+AsyncStream |")
-    print("|---|---:|---|---:|---:|---:|---:|")
+    print("| workload | N | peer | median ns/delivery | min ns/delivery | allocs/delivery | allocs ÷ lock+AsyncStream's | ratio vs lock+AsyncStream | ÷ floor |")
+    print("|---|---:|---|---:|---:|---:|---:|---:|---:|")
     var lossy: [Row] = []
     for r in rows {
         let allocs = r.mallocs.map { fmtAllocs(r.allocs ?? 0, $0) } ?? (r.median == nil ? "" : "–")
+        var allocRatio = ""
+        if r.workload == churnWorkload, r.mallocs != nil, let mine = r.allocs, let ref = referenceAllocs[key(r)] {
+            allocRatio = ref > 0 ? fmt(mine / ref, 2) + "×" : "–"
+        }
         var ratio = "–"
+        var toFloor = ""
         if let med = r.median {
             if let ref = reference[key(r)] {
                 ratio = fmt(ref / med, 2) + "×"
             } else if r.workload.hasPrefix("bounded"), let ref = reference["unbounded|\(r.n)"] {
                 ratio = fmt(ref / med, 2) + "× †"
+            } else if let ref = single[key(r)] {
+                ratio = fmt(ref / med, 2) + "× ‡"
             }
+            if let f = floor[key(r)], f > 0 { toFloor = fmt(med / f, 1) + "×" }
         }
         let med = r.median.map(fmtNs) ?? "n/a"
         let mn = r.min.map(fmtNs) ?? "n/a"
         let peer = r.error == nil ? r.peer : "\(r.peer) **WRONG: \(r.error!)**"
-        print("| \(r.workload) | \(r.n) | \(peer) | \(med) | \(mn) | \(allocs) | \(ratio) |")
+        print("| \(r.workload) | \(r.n) | \(peer) | \(med) | \(mn) | \(allocs) | \(allocRatio) | \(ratio) | \(toFloor) |")
         if r.median != nil, r.receivedFraction < 0.999 { lossy.append(r) }
     }
     print("")
     print("Ratio = lock+AsyncStream's median / this peer's median: above 1 is faster (or, for wake-up, sooner) than lock+AsyncStream.")
     print("† no backpressure in lock+AsyncStream: compared with its `unbounded` cell at the same N.")
+    print("‡ batch cells: compared with `\(batchSingleName)` in the same cell (the same elements sent one call each).")
+    print("÷ floor = this peer's median / the floor's median in the same cell (how many times the floor's time it takes). "
+        + "Floor: one thread copies each element into N separate \(floorChunk)-slot rings and drains them into the "
+        + "same checked tallies the consumers keep, per \(floorChunk)-element chunk; no tasks, locks, atomics or wake-ups.")
+    print("Allocs ÷ lock+AsyncStream's (churn rows): this peer's allocations per cycle / lock+AsyncStream's; below 1 = fewer.")
     print("Throughput cells: ns per delivery = time from the first send until every subscriber has seen the end, / (M·N), M·N ≈ \(o.deliveries).")
     print("Churn: ns per subscribe+cancel cycle while one producer keeps sending to N steady subscribers. Wake-up: send → parked consumer running.")
+    let batchRows = rows.filter { $0.workload == batchWorkload && $0.peer == batchName }
+    if !batchRows.isEmpty {
+        print("")
+        print("Batching: send(_:) ns per delivery / send(contentsOf:) ×\(batchSize) ns per delivery, end to end "
+            + "(as in the table) and producer only (first send until the last send returned, / M·N); target ≥ 3× at N = 16:")
+        for r in batchRows {
+            guard let b = r.median, let s = single[key(r)] else { continue }
+            var line = "- N = \(r.n): end to end \(fmtNs(s)) / \(fmtNs(b)) = \(fmt(s / b, 2))×"
+            if let bp = r.producerMedian, let sp = singleProducer[key(r)] {
+                line += "; producer only \(fmtNs(sp)) / \(fmtNs(bp)) = \(fmt(sp / bp, 2))×"
+            }
+            print(line)
+        }
+    }
     if !lossy.isEmpty {
         print("")
         print("Lossy cells (the producer outran the subscribers; ns per delivery still divides by M·N) — median share of M·N received:")

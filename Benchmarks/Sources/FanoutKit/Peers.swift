@@ -55,6 +55,7 @@ public struct BroadcastPeer<Element: Payload>: AsyncPeer {
     public func subscribe() async -> BroadcastSequence<Element, Never>.Subscription { sequence.subscribe() }
     @inline(__always) public func send(_ element: Element) async { sequence.send(element) }
     @inline(__always) public func emit(_ element: Element) async { _ = try? await sequence.emit(element) }
+    @inline(__always) public func send(contentsOf elements: ArraySlice<Element>) { sequence.send(contentsOf: elements) }
     public func finish() async { sequence.finish() }
     public func churnOnce() async {
         let s = sequence.subscribe()

@@ -171,6 +171,9 @@ public struct RunResult: Sendable {
     public var latencies: [UInt64] = []
     /// Fraction of sends that reached the subscribers (lossy policies).
     public var receivedFraction: Double = 1
+    /// Throughput runs: from the first send until the last producer's last
+    /// send returned (the consumers may still be reading).
+    public var producerNanos: UInt64? = nil
 
     public var nanosPerUnit: Double { Double(nanos) / Double(max(units, 1)) }
 }

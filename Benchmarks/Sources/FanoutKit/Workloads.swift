@@ -17,9 +17,12 @@ where S.Element: Payload, S.Failure == Never {
 }
 
 /// How the producer hands elements over.
-public enum SendMode: Sendable {
+public enum SendMode: Sendable, Equatable {
     case send
     case emit  // AsyncBroadcast's `emit` (waits while a `.bounded` subscriber is full)
+    /// AsyncBroadcast's `send(contentsOf:)`, this many elements per call
+    /// (slices of `items`: contiguous, so nothing is copied before the call).
+    case batch(Int)
 }
 
 /// One or more producers send `items` (split evenly) to `n` subscribers.
@@ -46,7 +49,7 @@ public func runFanout<P: AsyncPeer>(
     let share = m / producers
     let finishedProducers = Counter()
     let producerTasks = (0..<producers).map { p in
-        Task.detached { () -> UInt64 in
+        Task.detached { () -> (start: UInt64, sent: UInt64) in
             let start = nowNanos()
             let lo = p * share
             let hi = p == producers - 1 ? m : lo + share
@@ -59,13 +62,30 @@ public func runFanout<P: AsyncPeer>(
                 } else {
                     fatalError("emit is AsyncBroadcast only")
                 }
+            case .batch(let size):
+                if let ours = peer as? BroadcastPeer<P.Element> {
+                    var i = lo
+                    while i < hi {
+                        let j = Swift.min(i + size, hi)
+                        ours.send(contentsOf: items[i..<j])
+                        i = j
+                    }
+                } else {
+                    fatalError("send(contentsOf:) is AsyncBroadcast only")
+                }
             }
+            let sent = nowNanos()
             if finishedProducers.next() == producers { await peer.finish() }
-            return start
+            return (start, sent)
         }
     }
     var start = UInt64.max
-    for task in producerTasks { start = min(start, await task.value) }
+    var sent: UInt64 = 0
+    for task in producerTasks {
+        let times = await task.value
+        start = min(start, times.start)
+        sent = max(sent, times.sent)
+    }
     var tallies: [Tally] = []
     for task in consumers { tallies.append(await task.value) }
     let mallocs = meter?.stop()
@@ -82,6 +102,7 @@ public func runFanout<P: AsyncPeer>(
         nanos: end &- start, units: m * n, mallocs: mallocs,
         error: checkAll(tallies, expectation))
     result.receivedFraction = Double(received) / Double(max(m * n, 1))
+    result.producerNanos = sent &- start
     return result
 }
 

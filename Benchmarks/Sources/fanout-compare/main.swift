@@ -8,7 +8,8 @@
 // --updates K (per value-update run), --filter TEXT (workload name),
 // --peer TEXT (peer name), --n N (one subscriber count), --no-allocs.
 // `--filter value`, `--filter promise` and `--filter sharing` run those
-// workloads alone (each has its own table).
+// workloads alone (each has its own table); `--filter batch` the
+// send(_:) vs send(contentsOf:) cells.
 //
 // Exits non-zero only if a run delivered a wrong result (count, sum, order):
 // status 1, or status 3 if a run never finished (watchdog, 120 s per run).
