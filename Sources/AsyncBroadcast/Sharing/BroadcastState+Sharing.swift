@@ -18,6 +18,13 @@ extension BroadcastState {
     /// Call at the end of a section that may have changed `subscribers` (it
     /// held `countBefore` on entry) or set `terminal`. O(1); nothing at all
     /// for a plain sequence nobody observes.
+    /// Whether a membership change can need a follow-up at all. Inlined, so
+    /// that subscribing to and leaving a plain sequence nobody observes costs
+    /// one check here instead of a call into unspecialized generic code
+    /// (which looked up generic metadata on every subscribe and cancel).
+    @inlinable
+    var observesMembership: Bool { sharing != nil || counts != nil }
+
     @usableFromInline
     mutating func membershipFollowUp(countBefore: Int, terminalChanged: Bool) -> MembershipFollowUp {
         var followUp = MembershipFollowUp()

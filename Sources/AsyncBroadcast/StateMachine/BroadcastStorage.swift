@@ -79,24 +79,26 @@ final class BroadcastStorage<Element: Sendable, Failure: Error>: @unchecked Send
     func subscribe(policy: BroadcastBufferingPolicy) -> SubscriberCore<Element, Failure> {
         let subscriber = SubscriberCore<Element, Failure>(policy: policy, storage: self)
         let fromCancelledTask = Task.isCancelled
-        let followUp = withState { state, effects in
+        let followUp: MembershipFollowUp? = withState { state, effects in
             let countBefore = state.subscribers.count
             state.subscribe(subscriber, fromCancelledTask: fromCancelledTask, effects: &effects)
-            return state.membershipFollowUp(countBefore: countBefore, terminalChanged: false)
+            return state.observesMembership
+                ? state.membershipFollowUp(countBefore: countBefore, terminalChanged: false) : nil
         }
-        if !followUp.isEmpty { apply(followUp) }
+        if let followUp, !followUp.isEmpty { apply(followUp) }
         return subscriber
     }
 
     /// Unregisters an ending subscriber and releases emitters that waited on it.
     @inlinable
     func remove(_ subscriber: SubscriberCore<Element, Failure>) {
-        let followUp = withState { state, effects in
+        let followUp: MembershipFollowUp? = withState { state, effects in
             let countBefore = state.subscribers.count
             state.remove(subscriber, effects: &effects)
-            return state.membershipFollowUp(countBefore: countBefore, terminalChanged: false)
+            return state.observesMembership
+                ? state.membershipFollowUp(countBefore: countBefore, terminalChanged: false) : nil
         }
-        if !followUp.isEmpty { apply(followUp) }
+        if let followUp, !followUp.isEmpty { apply(followUp) }
     }
 
     /// A `.bounded` subscriber's buffer just dropped below capacity.
@@ -178,11 +180,12 @@ final class BroadcastStorage<Element: Sendable, Failure: Error>: @unchecked Send
 
     @usableFromInline
     func finish(_ event: BroadcastState<Element, Failure>.Terminal) {
-        let followUp = withState { state, effects in
+        let followUp: MembershipFollowUp? = withState { state, effects in
             let countBefore = state.subscribers.count
             state.finish(event, effects: &effects)
-            return state.membershipFollowUp(countBefore: countBefore, terminalChanged: true)
+            return state.observesMembership
+                ? state.membershipFollowUp(countBefore: countBefore, terminalChanged: true) : nil
         }
-        if !followUp.isEmpty { apply(followUp) }
+        if let followUp, !followUp.isEmpty { apply(followUp) }
     }
 }
