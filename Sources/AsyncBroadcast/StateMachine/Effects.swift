@@ -63,8 +63,13 @@ struct Effects<Element: Sendable>: ~Copyable {
         hasRun = true
         guard let box else { return }
         for continuation in box.wakes { Parking.resume(continuation) }
-        box.wakes.removeAll(keepingCapacity: true)
-        box.released.removeAll(keepingCapacity: true)
+        // Keep the arrays' capacity for the next section (so steady state
+        // allocates nothing), but not a burst's: one `finish` that woke
+        // 100,000 readers must not pin their array for the sequence's life.
+        let keep = box.wakes.capacity <= EffectsBox<Element>.retainedCapacity
+            && box.released.capacity <= EffectsBox<Element>.retainedCapacity
+        box.wakes.removeAll(keepingCapacity: keep)
+        box.released.removeAll(keepingCapacity: keep)
         pool?.put(box)
     }
 }
@@ -74,6 +79,9 @@ struct Effects<Element: Sendable>: ~Copyable {
 final class EffectsBox<Element: Sendable> {
     @usableFromInline var wakes: [UnsafeContinuation<Void, Never>] = []
     @usableFromInline var released: [Element] = []
+
+    /// Larger arrays are freed after use instead of kept for reuse.
+    @inlinable static var retainedCapacity: Int { 1024 }
 
     @inlinable init() {}
 }
