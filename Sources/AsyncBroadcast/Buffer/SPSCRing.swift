@@ -86,6 +86,10 @@ final class SPSCRing<Element> {
     @exclusivity(unchecked) @usableFromInline unowned(unsafe) var consumerSegment: SPSCSegment<Element>
     @exclusivity(unchecked) @usableFromInline var consumerOwner: SPSCSegment<Element>
     @exclusivity(unchecked) @usableFromInline var consumerHead = 0
+    /// The last `tail` the consumer loaded (never ahead of the real one):
+    /// while it is ahead of `consumerHead`, `pop` takes elements without
+    /// touching the line the producer writes on every push.
+    @exclusivity(unchecked) @usableFromInline var consumerCachedTail = 0
 
     @inlinable
     init(capacity: Int, tail: AtomicInt, head: AtomicInt) {
@@ -206,7 +210,10 @@ final class SPSCRing<Element> {
     @inlinable
     func pop(publishSequentiallyConsistent: Bool) -> Element? {
         let index = consumerHead
-        guard index != tail.loadAcquire() else { return nil }
+        if index == consumerCachedTail {
+            consumerCachedTail = tail.loadAcquire()
+            guard index != consumerCachedTail else { return nil }
+        }
         unowned(unsafe) var segment = consumerSegment
         if index == segment.end.loadAcquire() {
             let next = segment.next.unsafelyUnwrapped
