@@ -42,6 +42,21 @@ struct InvariantCheckTests {
         expectMessage(result, "registry entry 0 records index Optional(1)")
     }
 
+    /// With more subscribers than one check's window, successive
+    /// transitions still reach a broken entry far from the start.
+    @Test func windowedRegistryCheckReachesEveryEntry() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            let sequence = BroadcastSequence(of: Int.self)
+            let subscriptions = (0..<300).map { _ in sequence.subscribe() }
+            sequence.storage.lock.withLock {
+                subscriptions[250].core.registryIndex = 7  // the fault
+            }
+            for i in 0..<10 { sequence.send(i) }  // 64 entries per check: the fifth reaches it
+            withExtendedLifetime(subscriptions) {}
+        }
+        expectMessage(result, "registry entry 250 records index Optional(7)")
+    }
+
     /// And the checks stay silent on a healthy workload.
     @Test func healthyStructuresPass() {
         let sequence = BroadcastSequence(of: Int.self, bufferingPolicy: .bufferingNewest(2), replay: 3)

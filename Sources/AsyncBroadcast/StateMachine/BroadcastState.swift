@@ -52,6 +52,8 @@ struct BroadcastState<Element: Sendable, Failure: Error>: ~Copyable {
     @usableFromInline var sharing: SharingState?
     /// Behind `subscriberCounts`, created at its first use.
     @usableFromInline var counts: BroadcastValue<Int, Never>?
+    /// Where the next `_checkInvariants()` looks (internal checks only).
+    @usableFromInline var checkCursor = 0
 
     @inlinable
     init(replayLimit: Int, parkedConsumers: AtomicInt, registeredCount: AtomicInt, sharing: SharingState?) {
@@ -113,6 +115,7 @@ struct BroadcastState<Element: Sendable, Failure: Error>: ~Copyable {
                 last._withUnsafeGuaranteedRef { $0.registryIndex = index }
             }
             registeredCount.storeRelease(subscribers.count)
+            shrinkIfSparse(&subscribers)
             // The caller holds `subscriber`, so this cannot be the last
             // reference: no deinit (and no element release) runs here.
             Unmanaged.passUnretained(subscriber).release()
@@ -318,15 +321,18 @@ struct BroadcastState<Element: Sendable, Failure: Error>: ~Copyable {
     // MARK: Invariants
 
     /// Checks the registry and the full list (under
-    /// `ASYNCBROADCAST_INTERNAL_CHECKS` only; O(subscribers)).
+    /// `ASYNCBROADCAST_INTERNAL_CHECKS` only; a window of each per call, see
+    /// `invariantCheckPositions`).
     @inlinable
-    func _checkInvariants() {
+    mutating func _checkInvariants() {
         guard internalChecksEnabled else { return }
-        for (index, subscriber) in subscribers.enumerated() {
+        for index in invariantCheckPositions(count: subscribers.count, cursor: &checkCursor) {
+            let subscriber = subscribers[index]
             let registered = subscriber._withUnsafeGuaranteedRef { $0.registryIndex }
             internalInvariant(registered == index, "registry entry \(index) records index \(String(describing: registered))")
         }
-        for (index, subscriber) in fullSubscribers.enumerated() {
+        for index in invariantCheckPositions(count: fullSubscribers.count, cursor: &checkCursor) {
+            let subscriber = fullSubscribers[index]
             internalInvariant(subscriber.fullIndex == index, "full-list entry \(index) records index \(String(describing: subscriber.fullIndex))")
             internalInvariant(subscriber.registryIndex != nil, "full-list entry \(index) is not registered")
         }
@@ -356,6 +362,7 @@ struct BroadcastState<Element: Sendable, Failure: Error>: ~Copyable {
             fullSubscribers[index] = last
             last.fullIndex = index
         }
+        shrinkIfSparse(&fullSubscribers)
     }
 
     @inlinable

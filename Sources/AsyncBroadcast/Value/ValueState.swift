@@ -33,6 +33,8 @@ struct ValueState<Value: Sendable, Failure: Error> {
     @usableFromInline var parked: [ValueSubscriber<Value, Failure>] = []
     /// Readers woken by changes or by `finish` (a testing counter).
     @usableFromInline var wakeCount = 0
+    /// Where the next `_checkInvariants()` looks (internal checks only).
+    @usableFromInline var checkCursor = 0
 
     @inlinable
     init(value: Value) {
@@ -61,6 +63,7 @@ struct ValueState<Value: Sendable, Failure: Error> {
             subscribers[index] = last
             last.registryIndex = index
         }
+        shrinkIfSparse(&subscribers)
     }
 
     @inlinable
@@ -72,6 +75,7 @@ struct ValueState<Value: Sendable, Failure: Error> {
             parked[index] = last
             last.parkedIndex = index
         }
+        shrinkIfSparse(&parked)
     }
 
     /// Ends `subscriber` (cancel, release, task cancellation): it leaves now
@@ -106,7 +110,8 @@ struct ValueState<Value: Sendable, Failure: Error> {
                 wakeCount += 1
             }
         }
-        parked.removeAll(keepingCapacity: true)
+        // Reused by the next wake-up, unless a burst of readers grew it.
+        parked.removeAll(keepingCapacity: parked.capacity <= 1024)
     }
 
     /// The first terminal event wins. Subscribers that have seen the last
@@ -169,15 +174,17 @@ struct ValueState<Value: Sendable, Failure: Error> {
     // MARK: Invariants
 
     @inlinable
-    func _checkInvariants() {
+    mutating func _checkInvariants() {
         guard internalChecksEnabled else { return }
-        for (index, subscriber) in subscribers.enumerated() {
+        for index in invariantCheckPositions(count: subscribers.count, cursor: &checkCursor) {
+            let subscriber = subscribers[index]
             internalInvariant(subscriber.registryIndex == index, "registry index out of place")
             internalInvariant(!subscriber.ended, "an ended subscriber is still registered")
             internalInvariant(subscriber.seen < version || (subscriber.seen == version && terminal == nil),
                               "a finished subscriber that has seen the last value is still registered")
         }
-        for (index, subscriber) in parked.enumerated() {
+        for index in invariantCheckPositions(count: parked.count, cursor: &checkCursor) {
+            let subscriber = parked[index]
             internalInvariant(subscriber.parkedIndex == index, "parked index out of place")
             internalInvariant(subscriber.registryIndex != nil, "a parked reader that is not registered")
         }
