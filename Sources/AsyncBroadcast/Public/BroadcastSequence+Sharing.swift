@@ -90,7 +90,9 @@ extension BroadcastSequence {
 
     /// Sends each element in order, as consecutive ``send(_:)`` calls would,
     /// taking the sequence lock once for the whole batch: no other
-    /// producer's element lands in between.
+    /// producer's element lands in between. Each subscriber's buffer takes
+    /// the batch in one step, and a waiting reader is woken once, after it,
+    /// so a batch costs a fraction of as many single sends.
     ///
     /// The result sums the counts over the elements. After `finish`, delivers
     /// nothing and returns a result with `isFinished == true`.
