@@ -19,13 +19,27 @@ struct InvariantCheckTests {
 
     @Test func spscRingCheckCatchesAStaleTail() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-            let block = AtomicBlock(wordCount: 16)
-            let ring = SPSCRing<Int>(capacity: 4, tail: block.word(0), head: block.word(8))
+            let block = AtomicBlock(wordCount: 16, extraBytes: SPSCSegment<Int>.byteCount(capacity: 4), extraAlignment: 8)
+            let ring = SPSCRing<Int>(producerWords: block.word(0), consumerWords: block.word(8),
+                                     firstSegment: block.extra(wordCount: 16, extraAlignment: 8), capacity: 4)
             ring.push(1)
             block.word(0).storeRelease(5)  // the fault: published tail ahead of the producer
             ring._checkProducerInvariants()
         }
         expectMessage(result, "published tail 5 != producer tail 1")
+    }
+
+    @Test func spscRingCheckCatchesALinkedProducerSegment() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            let block = AtomicBlock(wordCount: 16, extraBytes: SPSCSegment<Int>.byteCount(capacity: 4), extraAlignment: 8)
+            let ring = SPSCRing<Int>(producerWords: block.word(0), consumerWords: block.word(8),
+                                     firstSegment: block.extra(wordCount: 16, extraAlignment: 8), capacity: 4)
+            ring.push(1)
+            // The fault: a successor linked without closing the segment.
+            ring.producerSegment.next = SPSCSegment<Int>.allocate(base: 4, capacity: 8)
+            ring._checkProducerInvariants()
+        }
+        expectMessage(result, "the producer's segment has a successor")
     }
 
     @Test func registryCheckCatchesSwappedIndices() async {

@@ -1,35 +1,93 @@
+public import _CAtomics  // `cab_atomic_int`, for the inlinable views below
+
 /// One segment of an `SPSCRing`: a power-of-two ring of slots that holds the
-/// elements with indices in `[base, end)`.
+/// elements with indices in `[base, end)`, as a view of raw memory.
+///
+/// Layout: a header {`base`, `mask`, `next`, `end`} padded to a cache line,
+/// then `mask + 1` slots aligned for `Element`. Raw memory rather than an object: a class
+/// cost three mallocs per segment (the object, its slots and `end`) and a
+/// reference count, and subscribing paid all of them for the first segment.
 ///
 /// `end` is `Int.max` while producers still append here. A producer that
 /// finds the segment full links `next` and then stores `end` (release); the
-/// consumer that reaches `end` (acquire) follows `next`.
+/// consumer that reaches `end` (acquire) follows `next`, and frees the
+/// segment it leaves. The first segment (`base == 0`) lives inside its
+/// owner's `AtomicBlock` allocation and is never freed on its own; every
+/// later one starts after at least one element, so `base > 0` tells them
+/// apart.
 @usableFromInline
-final class SPSCSegment<Element> {
-    @usableFromInline let base: Int
-    @usableFromInline let mask: Int
-    @usableFromInline let slots: UnsafeMutablePointer<Element>
-    /// Written once, by the producer before its release store of `end`; read
-    /// by the consumer only after its acquire load of `end` sees that store.
-    /// Unchecked: the runtime check could only catch an overlap on one
-    /// thread, and neither side holds an access across a call.
-    @exclusivity(unchecked) @usableFromInline var next: SPSCSegment<Element>?
-    @usableFromInline let end = AtomicInt(.max)
+struct SPSCSegment<Element> {
+    @usableFromInline let raw: UnsafeMutableRawPointer
 
-    @inlinable var capacity: Int { mask + 1 }
+    @inlinable @inline(__always) init(_ raw: UnsafeMutableRawPointer) { self.raw = raw }
 
-    @inlinable
-    init(base: Int, capacity: Int) {
-        internalInvariant(capacity > 0 && capacity & (capacity - 1) == 0, "segment capacity \(capacity) is not a power of two")
-        self.base = base
-        self.mask = capacity - 1
-        self.slots = .allocate(capacity: capacity)
+    /// A whole cache line: the consumer reads `end` on every pop, so no slot
+    /// the producer writes may share its line.
+    @inlinable static var headerSize: Int { 64 }
+    /// The alignment the segment's memory needs (its header holds words).
+    @inlinable static var alignment: Int { Swift.max(MemoryLayout<Element>.alignment, MemoryLayout<Int>.alignment) }
+    @inlinable static var slotsOffset: Int {
+        let alignment = MemoryLayout<Element>.alignment
+        return (headerSize + alignment - 1) & ~(alignment - 1)
     }
 
-    deinit {
-        // The owner deinitializes every element before letting go.
-        slots.deallocate()
-        end.destroy()
+    /// Bytes for a segment of `capacity` slots.
+    @inlinable
+    static func byteCount(capacity: Int) -> Int {
+        slotsOffset + capacity * MemoryLayout<Element>.stride
+    }
+
+    /// Writes a fresh header into `raw` (`byteCount(capacity:)` bytes,
+    /// aligned to `alignment`), before the segment is published.
+    @inlinable
+    static func initialize(_ raw: UnsafeMutableRawPointer, base: Int, capacity: Int) -> Self {
+        internalInvariant(capacity > 0 && capacity & (capacity - 1) == 0, "segment capacity \(capacity) is not a power of two")
+        raw.storeBytes(of: base, toByteOffset: 0, as: Int.self)
+        raw.storeBytes(of: capacity - 1, toByteOffset: 8, as: Int.self)
+        raw.storeBytes(of: nil, toByteOffset: 16, as: UnsafeMutableRawPointer?.self)
+        (raw + 24).bindMemory(to: cab_atomic_int.self, capacity: 1)
+        (raw + slotsOffset).bindMemory(to: Element.self, capacity: capacity)
+        let segment = Self(raw)
+        segment.end.storeRelaxed(.max)
+        return segment
+    }
+
+    /// A segment of its own allocation, linked after the first one.
+    @inlinable
+    static func allocate(base: Int, capacity: Int) -> Self {
+        internalInvariant(base > 0, "a linked segment at base 0 would pass for the inline one")
+        let raw = UnsafeMutableRawPointer.allocate(byteCount: byteCount(capacity: capacity), alignment: alignment)
+        return initialize(raw, base: base, capacity: capacity)
+    }
+
+    /// Frees a linked segment; the inline one goes with its block. Its
+    /// elements must already be gone.
+    @inlinable @inline(__always)
+    func deallocateIfLinked() {
+        if base != 0 { raw.deallocate() }
+    }
+
+    @inlinable @inline(__always) var base: Int { raw.load(fromByteOffset: 0, as: Int.self) }
+    @inlinable @inline(__always) var mask: Int { raw.load(fromByteOffset: 8, as: Int.self) }
+    @inlinable @inline(__always) var capacity: Int { mask + 1 }
+
+    /// Written once, by the producer before its release store of `end`; read
+    /// by the consumer only after its acquire load of `end` sees that store.
+    @inlinable @inline(__always) var next: Self? {
+        get { nextRaw.map(Self.init) }
+        nonmutating set { nextRaw = newValue?.raw }
+    }
+    /// `next` without an `Optional<Self>`, whose metadata unspecialized
+    /// code would have to look up.
+    @inlinable @inline(__always) var nextRaw: UnsafeMutableRawPointer? {
+        get { raw.load(fromByteOffset: 16, as: UnsafeMutableRawPointer?.self) }
+        nonmutating set { raw.storeBytes(of: newValue, toByteOffset: 16, as: UnsafeMutableRawPointer?.self) }
+    }
+
+    @inlinable @inline(__always) var end: AtomicInt { AtomicInt(unowned: (raw + 24).assumingMemoryBound(to: cab_atomic_int.self)) }
+
+    @inlinable @inline(__always) var slots: UnsafeMutablePointer<Element> {
+        (raw + Self.slotsOffset).assumingMemoryBound(to: Element.self)
     }
 }
 
@@ -40,6 +98,13 @@ final class SPSCSegment<Element> {
 /// lock; "single consumer" because a subscription has one consumer (guarded
 /// by `SubscriberCore.consumerBusy`). Neither side takes a lock per element.
 ///
+/// The ring is a view: its state is eight words of the owner's `AtomicBlock`
+/// (`SubscriberCore.Word`), four on the producer's cache line and four on the
+/// consumer's, and its first segment is in the same allocation. Subscribing
+/// allocates nothing for it, and no access pays an exclusivity check or a
+/// reference count. The owner calls `destroy()` once, before freeing the
+/// block.
+///
 /// Invariants (the producer's checked by `_checkProducerInvariants()` under
 /// `ASYNCBROADCAST_INTERNAL_CHECKS`):
 /// - Elements have consecutive indices; `tail` (published by the producer)
@@ -48,70 +113,113 @@ final class SPSCSegment<Element> {
 /// - Index `i` of a segment lives in `slots[i & mask]`; a producer never has
 ///   more than `capacity` unread elements in one segment, so live slots
 ///   never collide.
-/// - The producer's fields (`producerSegment`, `producerTail`,
-///   `producerCachedHead`) are touched only under the sequence lock; the
-///   consumer's (`consumerSegment`, `consumerHead`) only by the consumer.
-///   Each is a separate stored property, so the two sides never overlap.
+/// - The producer's words (`tail`, `producerTail`, `producerCachedHead`,
+///   `producerSegment`) are written only under the sequence lock; the
+///   consumer's (`head`, `consumerHead`, `consumerCachedTail`,
+///   `consumerSegment`) only by the holder of the consumer slot. Each side's
+///   words share a cache line that the other side never writes. Only `tail`,
+///   `head` and a segment's `end` cross threads, with release/acquire; the
+///   other words are plain loads and stores (never atomic, never mixed).
+/// - Every segment from the consumer's to the producer's is reachable through
+///   `next` and not yet freed; the consumer frees one (unless it is the inline
+///   first one) after reading its last element, when the producer has
+///   already moved on.
 /// - Steady state allocates nothing: while the consumer keeps within one
 ///   segment, the producer wraps around it. A full segment links a new one of
-///   twice the capacity (up to `maximumSegmentCapacity`); the consumer frees
-///   the old one after reading its last element.
+///   twice the capacity (up to `maximumSegmentCapacity`).
 @usableFromInline
-final class SPSCRing<Element> {
+struct SPSCRing<Element>: @unchecked Sendable {
     @inlinable static var defaultCapacity: Int { 64 }
     @inlinable static var maximumSegmentCapacity: Int { 1 << 16 }
+    /// Words the ring uses on each side, from the word it is given.
+    @inlinable static var wordsPerSide: Int { 4 }
 
-    /// Both start at 0 and belong to the owner (on separate cache lines of
-    /// its `AtomicBlock`: the producer writes `tail`, the consumer `head`).
-    @usableFromInline let tail: AtomicInt
-    @usableFromInline let head: AtomicInt
+    /// `tail` (atomic), `producerTail`, `producerCachedHead`, `producerSegment`.
+    @usableFromInline let producer: UnsafeMutableRawPointer
+    /// `head` (atomic), `consumerHead`, `consumerCachedTail`, `consumerSegment`.
+    @usableFromInline let consumer: UnsafeMutableRawPointer
 
-    // Hot paths use unowned(unsafe) references: retaining a segment that
-    // both sides touch would bounce its reference count between cores.
-    // `consumerOwner` keeps the consumer's segment alive, and each segment
-    // keeps its `next` alive, so every segment up to the producer's is owned.
-    //
-    // The six side-owned fields below skip the runtime exclusivity check
-    // (`swift_beginAccess` on every read and write, ~13 % of push/pop in a
-    // profile). The design already excludes overlapping accesses: producer
-    // fields are touched only under the sequence lock, consumer fields only
-    // by the holder of the consumer slot (`SubscriberCore.consumerBusy`),
-    // and `deinit` runs alone. Every access is a plain load or store that
-    // never spans a call into user code, so there is no same-thread overlap
-    // for the check to find either (it cannot see other threads anyway).
-    @exclusivity(unchecked) @usableFromInline unowned(unsafe) var producerSegment: SPSCSegment<Element>
-    @exclusivity(unchecked) @usableFromInline var producerTail = 0
-    @exclusivity(unchecked) @usableFromInline var producerCachedHead = 0
-
-    @exclusivity(unchecked) @usableFromInline unowned(unsafe) var consumerSegment: SPSCSegment<Element>
-    @exclusivity(unchecked) @usableFromInline var consumerOwner: SPSCSegment<Element>
-    @exclusivity(unchecked) @usableFromInline var consumerHead = 0
-    /// The last `tail` the consumer loaded (never ahead of the real one):
-    /// while it is ahead of `consumerHead`, `pop` takes elements without
-    /// touching the line the producer writes on every push.
-    @exclusivity(unchecked) @usableFromInline var consumerCachedTail = 0
-
+    /// - Parameters:
+    ///   - producerWords, consumerWords: the first of `wordsPerSide` zeroed
+    ///     words each, on lines the other side does not write.
+    ///   - firstSegment: `SPSCSegment<Element>.byteCount(capacity:)` bytes
+    ///     aligned to `SPSCSegment<Element>.alignment`, owned by the caller.
     @inlinable
-    init(capacity: Int, tail: AtomicInt, head: AtomicInt) {
-        self.tail = tail
-        self.head = head
-        let first = SPSCSegment<Element>(base: 0, capacity: RingBuffer<Element>.roundUpToPowerOfTwo(Swift.max(capacity, 1)))
-        consumerOwner = first
+    init(producerWords: AtomicInt, consumerWords: AtomicInt, firstSegment: UnsafeMutableRawPointer, capacity: Int) {
+        producer = UnsafeMutableRawPointer(producerWords.raw)
+        consumer = UnsafeMutableRawPointer(consumerWords.raw)
+        let first = SPSCSegment<Element>.initialize(firstSegment, base: 0, capacity: capacity)
         producerSegment = first
         consumerSegment = first
     }
 
-    deinit {
-        // No other thread can hold the ring now, and the owner's `head` and
-        // `tail` words may already be freed: walk the plain indices. (The
-        // owner empties the ring first with `removeAll()`, whose acquire
-        // load of `tail` orders the producer's writes before this read.)
+    /// The capacity of the first segment for a policy's `limit`.
+    @inlinable
+    static func firstCapacity(limit: Int) -> Int {
+        RingBuffer<Element>.roundUpToPowerOfTwo(Swift.max(Swift.min(limit, defaultCapacity), 1))
+    }
+
+    @inlinable @inline(__always) var tail: AtomicInt { AtomicInt(unowned: producer.assumingMemoryBound(to: cab_atomic_int.self)) }
+    @inlinable @inline(__always) var head: AtomicInt { AtomicInt(unowned: consumer.assumingMemoryBound(to: cab_atomic_int.self)) }
+
+    @inlinable @inline(__always) var producerTail: Int {
+        get { producer.load(fromByteOffset: 8, as: Int.self) }
+        nonmutating set { producer.storeBytes(of: newValue, toByteOffset: 8, as: Int.self) }
+    }
+    @inlinable @inline(__always) var producerCachedHead: Int {
+        get { producer.load(fromByteOffset: 16, as: Int.self) }
+        nonmutating set { producer.storeBytes(of: newValue, toByteOffset: 16, as: Int.self) }
+    }
+    @inlinable @inline(__always) var producerSegment: SPSCSegment<Element> {
+        get { SPSCSegment(producer.load(fromByteOffset: 24, as: UnsafeMutableRawPointer.self)) }
+        nonmutating set { producer.storeBytes(of: newValue.raw, toByteOffset: 24, as: UnsafeMutableRawPointer.self) }
+    }
+
+    @inlinable @inline(__always) var consumerHead: Int {
+        get { consumer.load(fromByteOffset: 8, as: Int.self) }
+        nonmutating set { consumer.storeBytes(of: newValue, toByteOffset: 8, as: Int.self) }
+    }
+    /// The last `tail` the consumer loaded (never ahead of the real one):
+    /// while it is ahead of `consumerHead`, `pop` takes elements without
+    /// touching the line the producer writes on every push.
+    @inlinable @inline(__always) var consumerCachedTail: Int {
+        get { consumer.load(fromByteOffset: 16, as: Int.self) }
+        nonmutating set { consumer.storeBytes(of: newValue, toByteOffset: 16, as: Int.self) }
+    }
+    @inlinable @inline(__always) var consumerSegment: SPSCSegment<Element> {
+        get { SPSCSegment(consumer.load(fromByteOffset: 24, as: UnsafeMutableRawPointer.self)) }
+        nonmutating set { consumer.storeBytes(of: newValue.raw, toByteOffset: 24, as: UnsafeMutableRawPointer.self) }
+    }
+
+    /// Deinitializes what is left and frees the linked segments. Call once,
+    /// with exclusive access (the owner's `deinit`), while the owner's block
+    /// still exists. The acquire load of `tail` orders the producer's last
+    /// writes before these reads.
+    ///
+    /// It runs in the owner's `deinit`, which is never specialized: the
+    /// common case (nothing left, the inline segment only) is a few loads,
+    /// and the walk uses raw pointers so that it needs no generic metadata
+    /// but `Element`'s.
+    @inlinable @inline(__always)
+    func destroy() {
         var index = consumerHead
-        unowned(unsafe) var segment = consumerSegment
-        while index != producerTail {
-            if index == segment.end.loadAcquire() { segment = segment.next.unsafelyUnwrapped }
+        let end = tail.loadAcquire()
+        var segment = consumerSegment
+        if index == end && segment.base == 0 && segment.nextRaw == nil { return }
+        while index != end {
+            if index == segment.end.loadAcquire() {
+                let next = segment.nextRaw.unsafelyUnwrapped
+                segment.deallocateIfLinked()
+                segment = SPSCSegment(next)
+            }
             (segment.slots + (index & segment.mask)).deinitialize(count: 1)
             index += 1
+        }
+        var remaining: UnsafeMutableRawPointer? = segment.raw
+        while let current = remaining {
+            let segment = SPSCSegment<Element>(current)
+            remaining = segment.nextRaw
+            segment.deallocateIfLinked()
         }
     }
 
@@ -123,6 +231,7 @@ final class SPSCRing<Element> {
     func _checkProducerInvariants() {
         guard internalChecksEnabled else { return }
         let segment = producerSegment
+        let producerTail = producerTail
         internalInvariant(tail.loadRelaxed() == producerTail, "published tail \(tail.loadRelaxed()) != producer tail \(producerTail)")
         internalInvariant(producerCachedHead <= producerTail, "cached head \(producerCachedHead) ahead of tail \(producerTail)")
         internalInvariant(head.loadAcquire() <= producerTail, "consumer head ahead of tail \(producerTail)")
@@ -131,26 +240,34 @@ final class SPSCRing<Element> {
         internalInvariant(producerTail - Swift.max(head.loadAcquire(), segment.base) <= segment.capacity,
                           "more unread elements than slots in the producer's segment")
         internalInvariant(segment.end.loadRelaxed() == .max, "the producer's segment is closed")
+        internalInvariant(segment.next == nil, "the producer's segment has a successor")
+    }
+
+    /// Links a segment after the full `segment` and makes it the producer's.
+    @inlinable
+    func linkSegment(after segment: SPSCSegment<Element>, at producerTail: Int) -> SPSCSegment<Element> {
+        let fresh = SPSCSegment<Element>.allocate(
+            base: producerTail,
+            capacity: Swift.min(segment.capacity * 2, Self.maximumSegmentCapacity))
+        segment.next = fresh
+        segment.end.storeRelease(producerTail)  // publishes `next`
+        producerSegment = fresh
+        return fresh
     }
 
     @inlinable
     func push(_ element: consuming Element) {
-        unowned(unsafe) var segment = producerSegment
+        var segment = producerSegment
+        let producerTail = producerTail
         if producerTail - Swift.max(producerCachedHead, segment.base) == segment.capacity {
             producerCachedHead = head.loadAcquire()
             if producerTail - Swift.max(producerCachedHead, segment.base) == segment.capacity {
-                let fresh = SPSCSegment<Element>(
-                    base: producerTail,
-                    capacity: Swift.min(segment.capacity * 2, Self.maximumSegmentCapacity))
-                segment.next = fresh  // owns `fresh`
-                segment.end.storeRelease(producerTail)  // publishes `next`
-                producerSegment = fresh
-                segment = fresh
+                segment = linkSegment(after: segment, at: producerTail)
             }
         }
         (segment.slots + (producerTail & segment.mask)).initialize(to: element)
-        producerTail += 1
-        tail.storeRelease(producerTail)
+        self.producerTail = producerTail + 1
+        tail.storeRelease(producerTail + 1)
     }
 
     /// Appends `elements` in order and publishes `tail` once.
@@ -158,20 +275,15 @@ final class SPSCRing<Element> {
     func push(contentsOf elements: UnsafeBufferPointer<Element>) {
         var source = elements.baseAddress.unsafelyUnwrapped
         var remaining = elements.count
+        var producerTail = producerTail
         while remaining > 0 {
-            unowned(unsafe) var segment = producerSegment
+            var segment = producerSegment
             var free = segment.capacity - (producerTail - Swift.max(producerCachedHead, segment.base))
             if free < remaining {
                 producerCachedHead = head.loadAcquire()
                 free = segment.capacity - (producerTail - Swift.max(producerCachedHead, segment.base))
                 if free == 0 {
-                    let fresh = SPSCSegment<Element>(
-                        base: producerTail,
-                        capacity: Swift.min(segment.capacity * 2, Self.maximumSegmentCapacity))
-                    segment.next = fresh
-                    segment.end.storeRelease(producerTail)
-                    producerSegment = fresh
-                    segment = fresh
+                    segment = linkSegment(after: segment, at: producerTail)
                     free = segment.capacity
                 }
             }
@@ -184,6 +296,7 @@ final class SPSCRing<Element> {
             source += count
             remaining -= count
         }
+        self.producerTail = producerTail
         tail.storeRelease(producerTail)
     }
 
@@ -198,8 +311,9 @@ final class SPSCRing<Element> {
     /// the consumer is taking right now: the read is ordered after us).
     @inlinable
     func producerCount() -> Int {
-        producerCachedHead = head.loadSequentiallyConsistent()
-        return producerTail - producerCachedHead
+        let head = head.loadSequentiallyConsistent()
+        producerCachedHead = head
+        return producerTail - head
     }
 
     // MARK: Consumer
@@ -211,14 +325,17 @@ final class SPSCRing<Element> {
     func pop(publishSequentiallyConsistent: Bool) -> Element? {
         let index = consumerHead
         if index == consumerCachedTail {
-            consumerCachedTail = tail.loadAcquire()
-            guard index != consumerCachedTail else { return nil }
+            let tail = tail.loadAcquire()
+            consumerCachedTail = tail
+            guard index != tail else { return nil }
         }
-        unowned(unsafe) var segment = consumerSegment
+        var segment = consumerSegment
         if index == segment.end.loadAcquire() {
-            let next = segment.next.unsafelyUnwrapped
-            consumerOwner = next  // the old segment is empty: freed here
+            // The producer left this segment when it linked `next`, and we
+            // have read its last element: nobody touches it again.
+            let next = SPSCSegment<Element>(segment.nextRaw.unsafelyUnwrapped)
             consumerSegment = next
+            segment.deallocateIfLinked()
             segment = next
         }
         let element = (segment.slots + (index & segment.mask)).move()

@@ -39,13 +39,14 @@ final class LockedRing<Element> {
 struct SubscriberBuffer<Element: Sendable>: @unchecked Sendable {
     @usableFromInline
     enum Storage {
-        case lockFree(Unmanaged<SPSCRing<Element>>)
+        /// A view of the owner's block: no object, no reference count.
+        case lockFree(SPSCRing<Element>)
         case locked(Unmanaged<LockedRing<Element>>)
     }
 
-    /// Retained once at `init`, released by `destroy()`: the hot paths never
-    /// touch a reference count (it would bounce between the producer's and
-    /// the consumer's cores).
+    /// A locked ring is retained once at `init` and released by `destroy()`:
+    /// the hot paths never touch a reference count (it would bounce between
+    /// the producer's and the consumer's cores).
     @usableFromInline let storage: Storage
     /// The subscriber's lock: guards a locked ring.
     @usableFromInline let lock: Lock
@@ -58,11 +59,24 @@ struct SubscriberBuffer<Element: Sendable>: @unchecked Sendable {
     @usableFromInline let isBounded: Bool
     @usableFromInline let dropsNewest: Bool  // `.bufferingOldest`
 
+    /// The first segment's capacity if `policy` takes the lock-free form
+    /// (whose memory the owner provides: see `SPSCRing.init`), else `nil`.
     @inlinable
-    init(policy: BroadcastBufferingPolicy, lock: Lock, dropped: AtomicInt, tail: AtomicInt, head: AtomicInt) {
+    static func lockFreeCapacity(for policy: BroadcastBufferingPolicy) -> Int? {
+        switch policy {
+        case .unbounded: return SPSCRing<Element>.firstCapacity(limit: .max)
+        case .bounded(let n): return SPSCRing<Element>.firstCapacity(limit: n)
+        case .bufferingOldest(let n): return n > 0 ? SPSCRing<Element>.firstCapacity(limit: n) : nil
+        case .bufferingNewest: return nil
+        }
+    }
+
+    /// - Parameter ring: the lock-free form, made for
+    ///   `lockFreeCapacity(for: policy)`, or `nil` when that is `nil`.
+    @inlinable
+    init(policy: BroadcastBufferingPolicy, lock: Lock, dropped: AtomicInt, ring: SPSCRing<Element>?) {
         self.lock = lock
         self.dropped = dropped
-        var lockFree = true
         var isBounded = false
         var dropsNewest = false
         switch policy {
@@ -74,29 +88,27 @@ struct SubscriberBuffer<Element: Sendable>: @unchecked Sendable {
         case .bufferingOldest(let n):
             limit = n
             dropsNewest = true
-            lockFree = n > 0
         case .bufferingNewest(let n):
             limit = n
-            lockFree = false
         }
         self.isBounded = isBounded
         self.dropsNewest = dropsNewest
-        if lockFree {
-            let ring = SPSCRing<Element>(capacity: Swift.min(limit, SPSCRing<Element>.defaultCapacity), tail: tail, head: head)
-            storage = .lockFree(.passRetained(ring))
+        if let ring {
+            storage = .lockFree(ring)
         } else {
             storage = .locked(.passRetained(LockedRing(initialCapacity: policy.initialStorageCapacity)))
         }
     }
 
-    /// Frees the buffer and what it still holds. Call once, from the owner's
-    /// `deinit`, while the `tail`/`head` words still exist.
-    @inlinable
+    /// Frees what the buffer still holds (and a locked ring). Call once, from
+    /// the owner's `deinit`, while its block still exists. Always inlined:
+    /// that `deinit` is unspecialized, and a call would look up this type's
+    /// generic metadata on every release.
+    @inlinable @inline(__always)
     func destroy() {
         switch storage {
         case .lockFree(let ring):
-            ring._withUnsafeGuaranteedRef { $0.removeAll() }
-            ring.release()
+            ring.destroy()
         case .locked(let locked):
             locked.release()
         }
@@ -115,10 +127,8 @@ struct SubscriberBuffer<Element: Sendable>: @unchecked Sendable {
     func seed(_ element: Element) -> Bool {
         switch storage {
         case .lockFree(let ring):
-            return ring._withUnsafeGuaranteedRef {
-                $0.push(element)
-                return isBounded && $0.producerCountReaches(limit)
-            }
+            ring.push(element)
+            return isBounded && ring.producerCountReaches(limit)
         case .locked(let locked):
             lock.lock()
             locked._withUnsafeGuaranteedRef { $0.ring.append(element) }
@@ -136,15 +146,13 @@ struct SubscriberBuffer<Element: Sendable>: @unchecked Sendable {
     func offer(_ element: Element, parking: Parking, effects: inout Effects<Element>) -> OfferOutcome {
         switch storage {
         case .lockFree(let ring):
-            return ring._withUnsafeGuaranteedRef { ring in
-                if dropsNewest && ring.producerCountReaches(limit) {
-                    countDrop()
-                    return .dropped
-                }
-                ring.push(element)
-                if isBounded && ring.producerCountReaches(limit) { return .deliveredFull }
-                return .delivered
+            if dropsNewest && ring.producerCountReaches(limit) {
+                countDrop()
+                return .dropped
             }
+            ring.push(element)
+            if isBounded && ring.producerCountReaches(limit) { return .deliveredFull }
+            return .delivered
         case .locked(let locked):
             lock.lock()
             defer { lock.unlock() }
@@ -174,10 +182,8 @@ struct SubscriberBuffer<Element: Sendable>: @unchecked Sendable {
     @inlinable
     func offer(batch: UnsafeBufferPointer<Element>, parking: Parking, effects: inout Effects<Element>) -> (Int, Int, Bool) {
         if case .lockFree(let ring) = storage, !dropsNewest {
-            return ring._withUnsafeGuaranteedRef { ring in
-                ring.push(contentsOf: batch)
-                return (batch.count, 0, isBounded && ring.producerCountReaches(limit))
-            }
+            ring.push(contentsOf: batch)
+            return (batch.count, 0, isBounded && ring.producerCountReaches(limit))
         }
         var delivered = 0, dropped = 0, full = false
         for element in batch {
@@ -202,7 +208,7 @@ struct SubscriberBuffer<Element: Sendable>: @unchecked Sendable {
     func producerCount() -> Int {
         switch storage {
         case .lockFree(let ring):
-            return ring._withUnsafeGuaranteedRef { $0.producerCount() }
+            return ring.producerCount()
         case .locked(let locked):
             lock.lock()
             defer { lock.unlock() }
@@ -215,7 +221,7 @@ struct SubscriberBuffer<Element: Sendable>: @unchecked Sendable {
         guard internalChecksEnabled else { return }
         switch storage {
         case .lockFree(let ring):
-            ring._withUnsafeGuaranteedRef { $0._checkProducerInvariants() }
+            ring._checkProducerInvariants()
         case .locked(let locked):
             lock.lock()
             locked._withUnsafeGuaranteedRef { $0.ring._checkInvariants() }
@@ -231,7 +237,7 @@ struct SubscriberBuffer<Element: Sendable>: @unchecked Sendable {
     func pop() -> Element? {
         switch storage {
         case .lockFree(let ring):
-            return ring._withUnsafeGuaranteedRef { $0.pop(publishSequentiallyConsistent: isBounded) }
+            return ring.pop(publishSequentiallyConsistent: isBounded)
         case .locked(let locked):
             lock.lock()
             defer { lock.unlock() }
@@ -244,7 +250,7 @@ struct SubscriberBuffer<Element: Sendable>: @unchecked Sendable {
     var hasElementsForConsumer: Bool {
         switch storage {
         case .lockFree(let ring):
-            return ring._withUnsafeGuaranteedRef { $0.hasElementsForConsumer }
+            return ring.hasElementsForConsumer
         case .locked(let locked):
             lock.lock()
             defer { lock.unlock() }
@@ -257,7 +263,7 @@ struct SubscriberBuffer<Element: Sendable>: @unchecked Sendable {
     var isEmptyForObserver: Bool {
         switch storage {
         case .lockFree(let ring):
-            return ring._withUnsafeGuaranteedRef { $0.isEmptyForObserver }
+            return ring.isEmptyForObserver
         case .locked(let locked):
             lock.lock()
             defer { lock.unlock() }
@@ -279,7 +285,7 @@ struct SubscriberBuffer<Element: Sendable>: @unchecked Sendable {
     func removeAllConsumerSide() {
         switch storage {
         case .lockFree(let ring):
-            ring._withUnsafeGuaranteedRef { $0.removeAll() }
+            ring.removeAll()
         case .locked:
             lock.lock()
             let discarded = takeAllLocked()

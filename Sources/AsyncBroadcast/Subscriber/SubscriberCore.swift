@@ -58,17 +58,18 @@ enum PollOutcome<Element, Failure: Error> {
 /// - The consumer slot: the consumer side of a lock-free buffer.
 @usableFromInline
 final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendable {
-    /// Where each atomic lives in `block`: eight words per cache line, one
+    /// Where each word lives in `block`: eight words per cache line, one
     /// line per writer, so the producer and the consumer never write the
-    /// same line.
+    /// same line. A lock-free buffer's `SPSCRing` keeps its state in the
+    /// `SPSCRing.wordsPerSide` words from `tail` and from `head`.
     @usableFromInline
     enum Word {
         // Line 1: written by producers (under the sequence lock).
-        @inlinable static var tail: Int { 0 }
-        @inlinable static var dropped: Int { 1 }
+        @inlinable static var tail: Int { 0 }  // ..< 4: the ring's producer words
+        @inlinable static var dropped: Int { 4 }
         // Line 2: written by the consumer.
-        @inlinable static var head: Int { 8 }
-        @inlinable static var consumerBusy: Int { 9 }
+        @inlinable static var head: Int { 8 }  // ..< 12: the ring's consumer words
+        @inlinable static var consumerBusy: Int { 12 }
         // Line 3: written rarely, by whoever parks, wakes, ends or cancels.
         @inlinable static var park: Int { 16 }
         @inlinable static var continuation: Int { 17 }
@@ -78,44 +79,111 @@ final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendab
         @inlinable static var count: Int { 24 }
     }
 
+    @usableFromInline
+    enum TerminalKind {
+        @inlinable static var finished: Int { 1 }
+        @inlinable static var failed: Int { 2 }
+        @inlinable static var ended: Int { 3 }
+    }
+
     /// `nil` for a subscription that was never registered (subscribed from a
     /// cancelled task or after `finish`).
     @usableFromInline let storage: BroadcastStorage<Element, Failure>?
-    /// The lock and every atomic word below, from one allocation.
-    @usableFromInline let block = AtomicBlock(wordCount: Word.count)
+    /// The lock, every atomic word below and a lock-free buffer's first
+    /// segment, from one allocation.
+    @usableFromInline let block: AtomicBlock
     @usableFromInline let lock: Lock
     @usableFromInline let parking: Parking
     @usableFromInline let buffer: SubscriberBuffer<Element>
-    @usableFromInline var terminal: SubscriberTerminal<Failure>?
+    /// Which terminal event is recorded (guarded by `lock`): 0 none, else a
+    /// `TerminalKind`. With `failure`, it stands for a stored
+    /// `SubscriberTerminal<Failure>?`, which the unspecialized `deinit`
+    /// would destroy through two generic-metadata lookups on every release.
+    @exclusivity(unchecked) @usableFromInline var terminalKind = 0
+    /// In the block's extra bytes, after the ring's first segment;
+    /// initialized exactly while `terminalKind == TerminalKind.failed`.
+    @usableFromInline let failure: UnsafeMutablePointer<Failure>
     @usableFromInline let terminalHint: AtomicInt
     @usableFromInline let consumerBusy: AtomicInt
     @usableFromInline let ended: AtomicInt
     @usableFromInline let cancelRequested: AtomicInt
-    @usableFromInline var registryIndex: Int?
-    @usableFromInline var fullIndex: Int?
+    // The next three skip the runtime exclusivity check (a `swift_beginAccess`
+    // call on every access, and `registryIndex`/`fullIndex` are touched for
+    // each subscriber on every send). Their guards already exclude
+    // overlapping accesses: the first two are touched only under the sequence
+    // lock, and `ignoresTaskCancellation` is written once before the
+    // subscriber is published. No access spans a call into user code, so
+    // there is no same-thread overlap for the check to find either.
+    @exclusivity(unchecked) @usableFromInline var registryIndex: Int?
+    @exclusivity(unchecked) @usableFromInline var fullIndex: Int?
     /// Set (before the subscriber is published) for a subscriber created
     /// ended, from a cancelled task or after `finish`: it yields its replay
     /// window whatever its task's state, since nothing sent after the
     /// cancellation can reach it anyway.
-    @usableFromInline var ignoresTaskCancellation = false
+    @exclusivity(unchecked) @usableFromInline var ignoresTaskCancellation = false
 
     @inlinable
     init(policy: BroadcastBufferingPolicy, storage: BroadcastStorage<Element, Failure>?) {
         self.storage = storage
+        let ringCapacity = SubscriberBuffer<Element>.lockFreeCapacity(for: policy)
+        let layout = Self.extraLayout(ringCapacity: ringCapacity)
+        let block = AtomicBlock(wordCount: Word.count, extraBytes: layout.bytes, extraAlignment: layout.alignment)
+        self.block = block
+        let extra = block.extra(wordCount: Word.count, extraAlignment: layout.alignment)
+        failure = (extra + layout.failureOffset).bindMemory(to: Failure.self, capacity: 1)
         lock = block.lock
         parking = Parking(word: block.word(Word.park), continuationBits: block.word(Word.continuation))
-        buffer = SubscriberBuffer(policy: policy, lock: block.lock, dropped: block.word(Word.dropped),
-                                  tail: block.word(Word.tail), head: block.word(Word.head))
+        let ring = ringCapacity.map {
+            SPSCRing<Element>(producerWords: block.word(Word.tail), consumerWords: block.word(Word.head),
+                              firstSegment: extra, capacity: $0)
+        }
+        buffer = SubscriberBuffer(policy: policy, lock: block.lock, dropped: block.word(Word.dropped), ring: ring)
         terminalHint = block.word(Word.terminalHint)
         consumerBusy = block.word(Word.consumerBusy)
         ended = block.word(Word.ended)
         cancelRequested = block.word(Word.cancelRequested)
     }
 
+    /// The block's extra bytes: a lock-free buffer's first segment, then
+    /// room for a `Failure`.
+    @inlinable
+    static func extraLayout(ringCapacity: Int?) -> (bytes: Int, alignment: Int, failureOffset: Int) {
+        let segmentBytes = ringCapacity.map(SPSCSegment<Element>.byteCount(capacity:)) ?? 0
+        let failureAlignment = MemoryLayout<Failure>.alignment
+        let failureOffset = (segmentBytes + failureAlignment - 1) & ~(failureAlignment - 1)
+        return (failureOffset + MemoryLayout<Failure>.size,
+                Swift.max(SPSCSegment<Element>.alignment, failureAlignment), failureOffset)
+    }
+
     deinit {
         internalInvariant(!parking.isParked, "a subscriber released while its reader is parked")
-        buffer.destroy()
+        if terminalKind == TerminalKind.failed { failure.deinitialize(count: 1) }
+        buffer.destroy()  // uses the block: its words, its first segment
         block.destroy()
+    }
+
+    /// The recorded terminal event (`lock` held).
+    @inlinable
+    var terminal: SubscriberTerminal<Failure>? {
+        get {
+            switch terminalKind {
+            case 0: return nil
+            case TerminalKind.finished: return .finished
+            case TerminalKind.failed: return .failed(failure.pointee)
+            default: return .ended
+            }
+        }
+        set {
+            if terminalKind == TerminalKind.failed { failure.deinitialize(count: 1) }
+            switch newValue {
+            case nil: terminalKind = 0
+            case .finished: terminalKind = TerminalKind.finished
+            case .failed(let error):
+                failure.initialize(to: error)
+                terminalKind = TerminalKind.failed
+            case .ended: terminalKind = TerminalKind.ended
+            }
+        }
     }
 
     // MARK: Producer side (sequence lock held)
@@ -168,7 +236,7 @@ final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendab
     @usableFromInline
     func setTerminal(_ event: SubscriberTerminal<Failure>) {
         lock.lock()
-        if terminal == nil {
+        if terminalKind == 0 {
             terminal = event
             terminalHint.storeRelease(1)
         }
@@ -189,13 +257,16 @@ final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendab
     func cancel() {
         guard cancelRequested.exchangeAcquiringAndReleasing(1) == 0 else { return }
         storage?.remove(self)  // no producer touches the buffer after this
-        var effects = Effects(pool: storage?.pool)
         lock.lock()
         terminal = .ended
         terminalHint.storeRelease(1)
-        let discarded = buffer.takeAllLocked()
-        lock.unlock()
-        _ = consume discarded  // element deinitializers run here, unlocked
+        if buffer.isLockFree {
+            lock.unlock()
+        } else {
+            let discarded = buffer.takeAllLocked()
+            lock.unlock()
+            _ = consume discarded  // element deinitializers run here, unlocked
+        }
         ended.storeRelease(1)
         // Free a lock-free buffer too, unless a consumer holds the slot (it
         // drops everything itself when it sees `ended`).
@@ -204,8 +275,8 @@ final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendab
             consumerBusy.storeRelease(0)
         }
         sequentiallyConsistentFence()  // pairs with the fence in `Parking.park`
-        if let continuation = parking.tryUnpark() { effects.resume(continuation) }
-        effects.run()
+        // No lock is held here: resume directly (no `Effects` to set up).
+        if let continuation = parking.tryUnpark() { Parking.resume(continuation) }
     }
 
     /// The consumer, holding its slot, ends the subscriber as `cancel()`

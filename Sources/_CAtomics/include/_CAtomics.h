@@ -190,30 +190,53 @@ static inline intptr_t cab_current_thread_id(void) {
     return (intptr_t)pthread_self();
 }
 
-// MARK: - Block: a lock and atomic words in one allocation
+// MARK: - Block: a lock, atomic words and extra bytes in one allocation
 //
 // An object that needs a lock and several atomics (a subscriber needs one
-// lock and eight words) gets them from one malloc instead of nine, which is
-// most of the cost of subscribing. Layout, 64-byte aligned:
-//   line 0: the mutex;  line k >= 1: words [8(k-1), 8k).
+// lock and a few dozen words) gets them from one malloc instead of one each,
+// which is most of the cost of subscribing. Layout, 64-byte aligned:
+//   line 0: the mutex;  line k >= 1: words [8(k-1), 8k);
+//   then, from the next multiple of `extra_alignment`, `extra_bytes` bytes
+//   for the owner (a subscriber's first ring segment).
 // The caller chooses word indices so that words written by different
-// threads sit on different cache lines. Every word starts at 0.
+// threads sit on different cache lines. Every word starts at 0; the extra
+// bytes start uninitialized.
 
 #define CAB_BLOCK_LINE 64
-_Static_assert(sizeof(cab_lock) <= CAB_BLOCK_LINE, "the mutex must fit in line 0");
+// The mutex, then (last in line 0) the address malloc returned.
+#define CAB_BLOCK_ORIGIN_OFFSET (CAB_BLOCK_LINE - (intptr_t)sizeof(void *))
+_Static_assert(sizeof(cab_lock) <= CAB_BLOCK_ORIGIN_OFFSET, "the mutex must fit in line 0");
 
 typedef struct cab_block cab_block;
 
-static inline cab_block *_Nonnull cab_block_create(intptr_t word_count) {
+/// Offset of the extra bytes. `extra_alignment` is a power of two.
+static inline size_t cab_block_extra_offset(intptr_t word_count, intptr_t extra_alignment) {
+    size_t words_end = (size_t)(1 + (word_count + 7) / 8) * CAB_BLOCK_LINE;
+    size_t alignment = (size_t)extra_alignment;
+    return (words_end + alignment - 1) & ~(alignment - 1);
+}
+
+// Aligned by hand from a plain malloc, not with aligned_alloc: glibc's
+// memalign path allocates more, splits the chunk and frees the slack on
+// every call, which made it the dearer half of a subscribe + cancel cycle.
+static inline cab_block *_Nonnull cab_block_create_extra(intptr_t word_count, intptr_t extra_bytes,
+                                                        intptr_t extra_alignment) {
     intptr_t word_lines = (word_count + 7) / 8;
-    size_t size = (size_t)(1 + word_lines) * CAB_BLOCK_LINE;
-    void *memory = aligned_alloc(CAB_BLOCK_LINE, size);
-    if (memory == NULL) abort();
+    size_t alignment = extra_alignment > CAB_BLOCK_LINE ? (size_t)extra_alignment : CAB_BLOCK_LINE;
+    size_t size = cab_block_extra_offset(word_count, extra_alignment) + (size_t)extra_bytes;
+    char *origin = (char *)malloc(size + alignment - 1);
+    if (origin == NULL) abort();
+    char *memory = (char *)(((uintptr_t)origin + alignment - 1) & ~(uintptr_t)(alignment - 1));
+    *(char **)(memory + CAB_BLOCK_ORIGIN_OFFSET) = origin;
     cab_lock *lock = (cab_lock *)memory;
     cab_lock_init(lock);
-    cab_atomic_int *words = (cab_atomic_int *)((char *)memory + CAB_BLOCK_LINE);
+    cab_atomic_int *words = (cab_atomic_int *)(memory + CAB_BLOCK_LINE);
     for (intptr_t i = 0; i < word_lines * 8; i++) atomic_init(&words[i].value, 0);
     return (cab_block *)memory;
+}
+
+static inline cab_block *_Nonnull cab_block_create(intptr_t word_count) {
+    return cab_block_create_extra(word_count, 0, 1);
 }
 
 static inline cab_lock *_Nonnull cab_block_lock(cab_block *_Nonnull block) {
@@ -224,9 +247,16 @@ static inline cab_atomic_int *_Nonnull cab_block_word(cab_block *_Nonnull block,
     return (cab_atomic_int *)((char *)block + CAB_BLOCK_LINE) + index;
 }
 
+/// The extra bytes of a block created with the same `word_count` and
+/// `extra_alignment`.
+static inline void *_Nonnull cab_block_extra(cab_block *_Nonnull block, intptr_t word_count,
+                                             intptr_t extra_alignment) {
+    return (char *)block + cab_block_extra_offset(word_count, extra_alignment);
+}
+
 static inline void cab_block_destroy(cab_block *_Nonnull block) {
     cab_lock_deinit(cab_block_lock(block));
-    free(block);
+    free(*(char **)((char *)block + CAB_BLOCK_ORIGIN_OFFSET));
 }
 
 // MARK: - ThreadSanitizer (defined in _CAtomics.c)
