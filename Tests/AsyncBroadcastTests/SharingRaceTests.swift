@@ -58,10 +58,14 @@ import Testing
                 if thread == 0 { clock.advance(by: .seconds(1)) } else { arriving.value = shared.subscribe() }
             }
             // The timer's task may still be stopping the old run (it is the
-            // one performing actions then): the newcomer's run follows.
-            try await waitUntil("round \(round): a run for the newcomer, no timer left") {
+            // one performing actions then): the newcomer's run follows. A
+            // run counts as running from the start decision, before its
+            // `register` call has run: wait for that call too, or the log
+            // below can lag the counters by one register.
+            try await waitUntil("round \(round): a run for the newcomer, registered, no timer left") {
                 let counters = shared.sharingCounters
                 return counters.liveTimerTasks == 0 && !counters.isStopPending && counters.isRunning
+                    && log.registers - log.unregisters == 1
             }
             try checkRunMatchesSubscribers(shared, log, round: round)
             #expect(shared.subscriberCount == 1)
