@@ -3,7 +3,7 @@
 //
 // Variants:
 //   default   pthread_mutex_t, default attributes (what swift-nio's NIOLock uses)
-//   adaptive  PTHREAD_MUTEX_ADAPTIVE_NP (what Sources/CAtomics uses today)
+//   adaptive  PTHREAD_MUTEX_ADAPTIVE_NP (what Sources/_CAtomics uses today)
 //   pi        PTHREAD_PRIO_INHERIT (glibc PI mutex: FUTEX_LOCK_PI, no spinning)
 //   spinpi    Synchronization.Mutex's Linux algorithm re-done in C: TID cmpxchg,
 //             1000 x pause spin, then FUTEX_LOCK_PI_PRIVATE / FUTEX_UNLOCK_PI
