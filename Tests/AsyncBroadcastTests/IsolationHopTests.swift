@@ -66,6 +66,24 @@ actor HopCountingConsumer {
 @Suite struct IsolationHopTests {
     static let wakes = 20
 
+    /// Sends 1...`wakes` one at a time; after each, waits until the reader
+    /// has read it, parked again and left the actor idle, and records how
+    /// many jobs that took on the actor's executor.
+    private func enqueuesPerWakeUp(_ executor: CountingExecutor, send: (Int) -> Void,
+                                   readCount: @escaping @Sendable () -> Int, alreadyRead: Int,
+                                   isParked: @escaping @Sendable () -> Bool) async throws -> [Int] {
+        var perWake: [Int] = []
+        for i in 1...Self.wakes {
+            let before = executor.count
+            send(i)
+            try await waitUntil("value \(i) read, and the reader parked again") {
+                readCount() == i + alreadyRead && isParked() && executor.isIdle
+            }
+            perWake.append(executor.count - before)
+        }
+        return perWake
+    }
+
     @Test func parkedSequenceConsumerCostsOneEnqueuePerWakeUp() async throws {
         let executor = CountingExecutor()
         let consumer = HopCountingConsumer(executor: executor)
@@ -76,15 +94,9 @@ actor HopCountingConsumer {
         try await waitUntil("the reader parks") { subscription.isConsumerWaiting && executor.isIdle }
         // The one enqueue is the task's arrival on the actor.
         #expect(executor.count == 1, "enqueues before the first park")
-        var perWake: [Int] = []
-        for i in 1...Self.wakes {
-            let before = executor.count
-            sequence.send(i)
-            try await waitUntil("element \(i) read, and the reader parked again") {
-                received.value.count == i && subscription.isConsumerWaiting && executor.isIdle
-            }
-            perWake.append(executor.count - before)
-        }
+        let perWake = try await enqueuesPerWakeUp(executor, send: { sequence.send($0) },
+                                                  readCount: { received.value.count }, alreadyRead: 0,
+                                                  isParked: { subscription.isConsumerWaiting })
         #expect(perWake == Array(repeating: 1, count: Self.wakes), "enqueues per wake-up")
         sequence.finish()
         try await withDeadline("the reader ends") { await reader.value }
@@ -103,15 +115,9 @@ actor HopCountingConsumer {
             received.value.count == 1 && subscription.isConsumerWaiting && executor.isIdle
         }
         #expect(executor.count == 1, "enqueues before the first park")
-        var perWake: [Int] = []
-        for i in 1...Self.wakes {
-            let before = executor.count
-            value.send(i)
-            try await waitUntil("value \(i) read, and the reader parked again") {
-                received.value.count == i + 1 && subscription.isConsumerWaiting && executor.isIdle
-            }
-            perWake.append(executor.count - before)
-        }
+        let perWake = try await enqueuesPerWakeUp(executor, send: { value.send($0) },
+                                                  readCount: { received.value.count }, alreadyRead: 1,
+                                                  isParked: { subscription.isConsumerWaiting })
         #expect(perWake == Array(repeating: 1, count: Self.wakes), "enqueues per wake-up")
         value.finish()
         try await withDeadline("the reader ends") { await reader.value }
