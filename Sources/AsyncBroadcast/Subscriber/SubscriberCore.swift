@@ -86,8 +86,11 @@ final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendab
         @inlinable static var ended: Int { 3 }
     }
 
-    /// `nil` for a subscription that was never registered (subscribed from a
-    /// cancelled task or after `finish`).
+    /// The subscriber's sequence (`BroadcastStorage.subscribe` always sets
+    /// it, also for a subscriber created ended). Holding it keeps the
+    /// sequence's terminal event alive too, so replacing `terminal` under
+    /// `lock` (as `cancel()` does) never releases a failure for the last
+    /// time: no error's `deinit` runs under the lock.
     @usableFromInline let storage: BroadcastStorage<Element, Failure>?
     /// The lock, every atomic word below and a lock-free buffer's first
     /// segment, from one allocation.
