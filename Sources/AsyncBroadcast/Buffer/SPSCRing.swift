@@ -64,7 +64,11 @@ struct SPSCSegment<Element> {
     /// elements must already be gone.
     @inlinable @inline(__always)
     func deallocateIfLinked() {
-        if base != 0 { raw.deallocate() }
+        guard base != 0 else { return }
+        #if ASYNCBROADCAST_WEAK_MEMORY
+        cab_wm_forget(raw, Self.byteCount(capacity: capacity))
+        #endif
+        raw.deallocate()
     }
 
     @inlinable @inline(__always) var base: Int { raw.load(fromByteOffset: 0, as: Int.self) }
