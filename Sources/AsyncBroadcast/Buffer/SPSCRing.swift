@@ -344,12 +344,24 @@ struct SPSCRing<Element>: @unchecked Sendable {
         }
         let element = (segment.slots + (index & segment.mask)).move()
         consumerHead = index + 1
-        if publishSequentiallyConsistent {
+        if publishSequentiallyConsistent && !Fault.boundedHeadRelease {
             head.storeSequentiallyConsistent(index + 1)
         } else {
             head.storeRelease(index + 1)
         }
         return element
+    }
+
+    /// Whether the consumer has taken everything published so far (consumer
+    /// side). Reloads `tail` only when the cached one says so, and keeps what
+    /// it loaded for the next `pop`.
+    @inlinable
+    var consumerIsCaughtUp: Bool {
+        let index = consumerHead
+        guard index == consumerCachedTail else { return false }
+        let tail = tail.loadAcquire()
+        consumerCachedTail = tail
+        return index == tail
     }
 
     /// Whether the consumer has something to read (consumer side).
