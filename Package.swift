@@ -9,6 +9,14 @@ let internalChecks: [SwiftSetting] = Context.environment["ASYNCBROADCAST_INTERNA
     ? [.define("ASYNCBROADCAST_INTERNAL_CHECKS")]
     : []
 
+// `ASYNCBROADCAST_WEAK_MEMORY=1` routes every atomic and lock operation
+// through the weak-memory model in `_CAtomics/WeakMemory.c`, so that the
+// deterministic checkers (the fuzz targets, the litmus runner) decide when
+// each store becomes visible to other threads. Slow; never for users.
+let weakMemory: [SwiftSetting] = Context.environment["ASYNCBROADCAST_WEAK_MEMORY"] == "1"
+    ? [.define("ASYNCBROADCAST_WEAK_MEMORY")]
+    : []
+
 let package = Package(
     name: "AsyncBroadcast",
     platforms: [.macOS(.v10_15), .iOS(.v13), .tvOS(.v13), .watchOS(.v6)],
@@ -28,7 +36,7 @@ let package = Package(
         .target(
             name: "AsyncBroadcast",
             dependencies: ["_CAtomics"],
-            swiftSettings: [.swiftLanguageMode(.v6)] + internalChecks
+            swiftSettings: [.swiftLanguageMode(.v6)] + internalChecks + weakMemory
         ),
         .target(
             name: "AsyncBroadcastTestSupport",

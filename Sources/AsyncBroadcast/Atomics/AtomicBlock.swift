@@ -24,7 +24,12 @@ struct AtomicBlock: @unchecked Sendable {
         raw = cab_block_create_extra(wordCount, extraBytes, Swift.max(extraAlignment, 64))
     }
 
-    @inlinable func destroy() { cab_block_destroy(raw) }
+    @inlinable func destroy() {
+        #if ASYNCBROADCAST_WEAK_MEMORY
+        cab_wm_forget(UnsafeMutableRawPointer(raw), cab_block_size(raw))
+        #endif
+        cab_block_destroy(raw)
+    }
 
     @inlinable var lock: Lock { Lock(unowned: cab_block_lock(raw)) }
 

@@ -20,12 +20,24 @@ struct Lock: @unchecked Sendable {
     /// A mutex owned by someone else (an `AtomicBlock`): never `destroy()` it.
     @inlinable init(unowned raw: UnsafeMutablePointer<cab_lock>) { self.raw = raw }
 
+    #if ASYNCBROADCAST_WEAK_MEMORY
+    // The deterministic checkers' build: unlocking is a release only, and
+    // locking makes the last releaser's stores visible (WeakMemory.c).
+    @inlinable func destroy() {
+        cab_wm_forget(raw, MemoryLayout<cab_lock>.size)
+        cab_lock_destroy(raw)
+    }
+    @inlinable func lock() { cab_wm_lock(raw) }
+    @inlinable func unlock() { cab_wm_unlock(raw) }
+    @inlinable func tryLock() -> Bool { cab_wm_trylock(raw) }
+    #else
     @inlinable func destroy() { cab_lock_destroy(raw) }
 
     @inlinable func lock() { cab_lock_lock(raw) }
     @inlinable func unlock() { cab_lock_unlock(raw) }
     /// `true` if the lock was free and is now held.
     @inlinable func tryLock() -> Bool { cab_lock_trylock(raw) }
+    #endif
 
     /// A non-zero word naming the calling thread (see `ReentranceGuard`).
     @inlinable static func currentThreadID() -> Int { cab_current_thread_id() }

@@ -203,9 +203,11 @@ static inline intptr_t cab_current_thread_id(void) {
 // bytes start uninitialized.
 
 #define CAB_BLOCK_LINE 64
-// The mutex, then (last in line 0) the address malloc returned.
+// The mutex, then (last in line 0) the block's size and the address malloc
+// returned.
 #define CAB_BLOCK_ORIGIN_OFFSET (CAB_BLOCK_LINE - (intptr_t)sizeof(void *))
-_Static_assert(sizeof(cab_lock) <= CAB_BLOCK_ORIGIN_OFFSET, "the mutex must fit in line 0");
+#define CAB_BLOCK_SIZE_OFFSET (CAB_BLOCK_ORIGIN_OFFSET - (intptr_t)sizeof(size_t))
+_Static_assert(sizeof(cab_lock) <= CAB_BLOCK_SIZE_OFFSET, "the mutex must fit in line 0");
 
 typedef struct cab_block cab_block;
 
@@ -228,6 +230,7 @@ static inline cab_block *_Nonnull cab_block_create_extra(intptr_t word_count, in
     if (origin == NULL) abort();
     char *memory = (char *)(((uintptr_t)origin + alignment - 1) & ~(uintptr_t)(alignment - 1));
     *(char **)(memory + CAB_BLOCK_ORIGIN_OFFSET) = origin;
+    *(size_t *)(memory + CAB_BLOCK_SIZE_OFFSET) = size;
     cab_lock *lock = (cab_lock *)memory;
     cab_lock_init(lock);
     cab_atomic_int *words = (cab_atomic_int *)(memory + CAB_BLOCK_LINE);
@@ -254,6 +257,11 @@ static inline void *_Nonnull cab_block_extra(cab_block *_Nonnull block, intptr_t
     return (char *)block + cab_block_extra_offset(word_count, extra_alignment);
 }
 
+/// Bytes from the block's start to the end of its extra bytes.
+static inline size_t cab_block_size(cab_block *_Nonnull block) {
+    return *(size_t *)((char *)block + CAB_BLOCK_SIZE_OFFSET);
+}
+
 static inline void cab_block_destroy(cab_block *_Nonnull block) {
     cab_lock_deinit(cab_block_lock(block));
     free(*(char **)((char *)block + CAB_BLOCK_ORIGIN_OFFSET));
@@ -269,5 +277,49 @@ void cab_tsan_ignore_accesses_begin(void);
 void cab_tsan_ignore_accesses_end(void);
 /// Whether this build runs under ThreadSanitizer (for tests).
 bool cab_tsan_is_active(void);
+
+// MARK: - Weak-memory model (defined in WeakMemory.c)
+//
+// Used only by builds with `ASYNCBROADCAST_WEAK_MEMORY=1` (the deterministic
+// checkers): `AtomicInt` and `Lock` then call these instead of the inline
+// functions above, and the harness decides when each logical thread's
+// buffered stores become visible. See WeakMemory.c for the model.
+
+#define CAB_WM_THREADS 128
+#define CAB_WM_RELAXED 0
+#define CAB_WM_ACQUIRE 1
+#define CAB_WM_SEQ_CST 2
+
+void cab_wm_enable(bool on);
+bool cab_wm_is_enabled(void);
+/// The calling OS thread's logical thread (0 ..< CAB_WM_THREADS), or -1:
+/// unmodelled, straight to memory.
+void cab_wm_set_thread(intptr_t thread);
+intptr_t cab_wm_thread(void);
+/// While on, loads see the newest store anyone made and nothing drains: the
+/// checker's own look at the state.
+void cab_wm_set_observer(bool on);
+/// Makes the oldest `count` (all, if negative) of `thread`'s stores visible.
+void cab_wm_drain(intptr_t thread, intptr_t count);
+void cab_wm_drain_all(void);
+intptr_t cab_wm_pending(intptr_t thread);
+/// Stores buffered so far, and loads that read memory while another thread
+/// had a newer store to the word buffered.
+void cab_wm_statistics(uint64_t *_Nonnull buffered, uint64_t *_Nonnull stale);
+
+intptr_t cab_wm_load(cab_atomic_int *_Nonnull a, intptr_t order);
+void cab_wm_store(cab_atomic_int *_Nonnull a, intptr_t value, intptr_t order);
+intptr_t cab_wm_exchange(cab_atomic_int *_Nonnull a, intptr_t value);
+bool cab_wm_cas(cab_atomic_int *_Nonnull a, intptr_t *_Nonnull expected, intptr_t desired);
+intptr_t cab_wm_fetch_add(cab_atomic_int *_Nonnull a, intptr_t delta);
+intptr_t cab_wm_fetch_or(cab_atomic_int *_Nonnull a, intptr_t bits);
+void cab_wm_fence(void);
+/// Synchronisation the Swift runtime does for us (a continuation's resume).
+void cab_wm_runtime_sync(void);
+void cab_wm_lock(cab_lock *_Nonnull l);
+bool cab_wm_trylock(cab_lock *_Nonnull l);
+void cab_wm_unlock(cab_lock *_Nonnull l);
+/// Before freeing `[start, start + bytes)`.
+void cab_wm_forget(void *_Nonnull start, size_t bytes);
 
 #endif /* ASYNCBROADCAST_CATOMICS_H */

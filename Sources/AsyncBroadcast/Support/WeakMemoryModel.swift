@@ -1,0 +1,63 @@
+internal import _CAtomics
+
+/// Controls for the weak-memory model that the deterministic checkers run
+/// the library under (the fuzz targets and the litmus runner; not API).
+///
+/// Only a build with `ASYNCBROADCAST_WEAK_MEMORY=1` routes the library's
+/// atomics and locks through the model (`isCompiledIn`); elsewhere these calls
+/// change nothing. The model (TSO with release-only unlocks, described in
+/// `_CAtomics/WeakMemory.c`) gives each *logical thread* a FIFO store buffer:
+/// a store stays invisible to other logical threads until a fence, a
+/// read-modify-write, a lock or the harness drains it. A harness running
+/// several logical threads on one OS thread (tasks on a manual executor)
+/// names the thread before running each one, and decides when buffers drain.
+@_spi(Testing)
+public enum WeakMemoryModel {
+    /// Whether the library's atomics go through the model in this build.
+    public static var isCompiledIn: Bool {
+        #if ASYNCBROADCAST_WEAK_MEMORY
+        return true
+        #else
+        return false
+        #endif
+    }
+
+    /// How many logical threads the model has.
+    public static var threadCount: Int { Int(CAB_WM_THREADS) }
+
+    /// Turns buffering on or off (off drains every buffer first).
+    public static func setEnabled(_ on: Bool) { cab_wm_enable(on) }
+
+    /// The calling OS thread's logical thread from now on (`0 ..< threadCount`),
+    /// or `nil`: unmodelled, its operations go straight to memory.
+    public static var currentThread: Int? {
+        get { let t = cab_wm_thread(); return t < 0 ? nil : t }
+        set { cab_wm_set_thread(newValue ?? -1) }
+    }
+
+    /// Runs `body` as the checker's own observer: loads see the newest store
+    /// any thread made, and nothing drains.
+    public static func observing<R>(_ body: () throws -> R) rethrows -> R {
+        cab_wm_set_observer(true)
+        defer { cab_wm_set_observer(false) }
+        return try body()
+    }
+
+    /// Makes the oldest `count` buffered stores of `thread` visible (all of
+    /// them if `count` is `nil`).
+    public static func drain(thread: Int, count: Int? = nil) { cab_wm_drain(thread, count ?? -1) }
+
+    public static func drainAll() { cab_wm_drain_all() }
+
+    /// Stores `thread` has made that others cannot see yet.
+    public static func pendingStores(thread: Int) -> Int { cab_wm_pending(thread) }
+
+    /// Stores buffered so far, and loads that read memory while another
+    /// logical thread had a newer store to the same word buffered (how much
+    /// weak behaviour a run exercised).
+    public static var statistics: (buffered: UInt64, staleLoads: UInt64) {
+        var buffered: UInt64 = 0, stale: UInt64 = 0
+        cab_wm_statistics(&buffered, &stale)
+        return (buffered, stale)
+    }
+}
