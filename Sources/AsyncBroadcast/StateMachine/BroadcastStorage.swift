@@ -165,6 +165,9 @@ final class BroadcastStorage<Element: Sendable, Failure: Error>: @unchecked Send
     /// Call under `lock`, before looking at subscribers' buffers for room.
     @inlinable
     func announceEmitterCheck() {
+        // Handshakes.md, row 5: sequentially consistent, like the consumer's
+        // head store and both sides' loads.
+        if Fault.emitterFlagRelease { emittersWaiting.storeRelease(1); return }
         emittersWaiting.storeSequentiallyConsistent(1)
     }
 

@@ -84,7 +84,7 @@ struct Parking: @unchecked Sendable {
             Self.resume(continuation)  // the tombstone: the task is already cancelled
             return
         }
-        sequentiallyConsistentFence()  // pairs with `producerMayNeedToWake`
+        if !Fault.parkSkipsFence { sequentiallyConsistentFence() }  // Handshakes.md, row 1
         if hasWork(), let mine = tryUnpark() { Self.resume(mine) }
     }
 
@@ -110,7 +110,7 @@ struct Parking: @unchecked Sendable {
     /// reader of the sequence may be parked.
     @inlinable
     static func producerMayNeedToWake(parkedCount: AtomicInt) -> Bool {
-        sequentiallyConsistentFence()  // pairs with the fence in `park`
+        if !Fault.wakeSkipsFence { sequentiallyConsistentFence() }  // Handshakes.md, row 1
         return parkedCount.loadRelaxed() != 0
     }
 
@@ -145,6 +145,7 @@ struct Parking: @unchecked Sendable {
     /// TSan checks in full.
     @inlinable
     static func resume(_ continuation: UnsafeContinuation<Void, Never>) {
+        runtimeSynchronizes()  // the model's stand-in for the runtime's enqueue
         ThreadSanitizer.ignoreAccessesBegin()
         continuation.resume()
         ThreadSanitizer.ignoreAccessesEnd()

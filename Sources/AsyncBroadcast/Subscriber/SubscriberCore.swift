@@ -224,8 +224,14 @@ final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendab
     @usableFromInline
     func finish(_ event: SubscriberTerminal<Failure>, effects: inout Effects<Element>) -> Bool {
         setTerminal(event)
+        // Store-buffering with two readers of `terminalHint`: the consumer
+        // that takes its last element (`leaveIfFinishedAndDrained`, row 2 of
+        // Handshakes.md) and a reader about to park (`Parking.park`, row 3).
+        // Each stores its word and then loads `terminalHint`; we stored
+        // `terminalHint` and now load theirs. The subscriber lock released
+        // above is only a release: nothing else keeps these loads after it.
+        if !Fault.finishSkipsFence { sequentiallyConsistentFence() }
         let drained = buffer.producerCount() == 0
-        sequentiallyConsistentFence()  // pairs with the fence in `Parking.park`
         if let continuation = parking.tryUnpark() { effects.resume(continuation) }
         return drained
     }
@@ -277,7 +283,9 @@ final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendab
             buffer.removeAllConsumerSide()
             consumerBusy.storeRelease(0)
         }
-        sequentiallyConsistentFence()  // pairs with the fence in `Parking.park`
+        // Row 4 of Handshakes.md: we stored `terminalHint` and `ended`, the
+        // parking reader stored the park word; each then loads the other's.
+        if !Fault.cancelSkipsFence { sequentiallyConsistentFence() }
         // No lock is held here: resume directly (no `Effects` to set up).
         if let continuation = parking.tryUnpark() { Parking.resume(continuation) }
     }
@@ -337,10 +345,31 @@ final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendab
         // its flag, then reads our count; we publish our count (sequentially
         // consistent), then read its flag: one of the two sees the other.
         if buffer.isBounded { storage?.boundedSubscriberMayHaveRoom(self) }
-        // Finished and now drained: the subscriber has ended; it leaves the
-        // sequence now, not when its terminal event is taken.
-        if terminalHint.loadAcquire() != 0 && !buffer.hasElementsForConsumer { storage?.remove(self) }
+        leaveIfFinishedAndDrained()
         return element
+    }
+
+    /// Finished and now drained: the subscriber has ended, and leaves the
+    /// sequence now, not when its terminal event is taken (a consumer that
+    /// stops after its last element must not stay counted).
+    ///
+    /// Row 2 of Handshakes.md. A lock-free buffer's consumer publishes its
+    /// head and then loads `terminalHint`; `finish` stores `terminalHint` and
+    /// then loads the head. Without a full fence on both sides each may miss
+    /// the other (store buffering), and nobody removes the subscriber. The
+    /// fence is paid only when this pop emptied the buffer as far as the
+    /// consumer can see: otherwise a later pop takes the last element and
+    /// looks again. A locked buffer needs no fence: its pop and `finish`'s
+    /// count both take the subscriber lock, which orders them.
+    @inlinable
+    func leaveIfFinishedAndDrained() {
+        if case .lockFree(let ring) = buffer.storage {
+            guard ring.consumerIsCaughtUp else { return }
+            if !Fault.popSkipsFence { sequentiallyConsistentFence() }
+        }
+        // Once `terminalHint` is set nothing more is pushed: the emptiness
+        // check after it is final.
+        if terminalHint.loadAcquire() != 0 && !buffer.hasElementsForConsumer { storage?.remove(self) }
     }
 
     /// Delivers the terminal event once (`.empty` if there is none yet).

@@ -128,4 +128,81 @@ enum Fault {
         return false
         #endif
     }
+
+    // MARK: Removed orderings (one per row of Handshakes.md)
+    //
+    // Each takes away one fence or sequentially consistent access of a
+    // cross-thread handshake; the litmus runner (Fuzz/Sources/litmus) and
+    // the weak-memory fuzz targets must then find the lost wake-up or the
+    // stuck subscriber it causes.
+
+    /// A reader parks without the fence between announcing itself and its
+    /// last look for work (`Parking.park`).
+    @inlinable static var parkSkipsFence: Bool {
+        #if ASYNCBROADCAST_FAULT_PARK_SKIPS_FENCE
+        return true
+        #else
+        return false
+        #endif
+    }
+
+    /// A send looks for parked readers without the fence after publishing
+    /// (`Parking.producerMayNeedToWake`).
+    @inlinable static var wakeSkipsFence: Bool {
+        #if ASYNCBROADCAST_FAULT_WAKE_SKIPS_FENCE
+        return true
+        #else
+        return false
+        #endif
+    }
+
+    /// `finish` reads a subscriber's head and park word without the fence
+    /// after recording the terminal event (`SubscriberCore.finish`).
+    @inlinable static var finishSkipsFence: Bool {
+        #if ASYNCBROADCAST_FAULT_FINISH_SKIPS_FENCE
+        return true
+        #else
+        return false
+        #endif
+    }
+
+    /// A consumer that has just taken its last element reads the terminal
+    /// hint without the fence after publishing its head (`SubscriberCore.pop`).
+    @inlinable static var popSkipsFence: Bool {
+        #if ASYNCBROADCAST_FAULT_POP_SKIPS_FENCE
+        return true
+        #else
+        return false
+        #endif
+    }
+
+    /// `cancel()` reads the park word without the fence after ending the
+    /// subscriber (`SubscriberCore.cancel`).
+    @inlinable static var cancelSkipsFence: Bool {
+        #if ASYNCBROADCAST_FAULT_CANCEL_SKIPS_FENCE
+        return true
+        #else
+        return false
+        #endif
+    }
+
+    /// A `.bounded` consumer publishes its head with a release store, not a
+    /// sequentially consistent one (`SubscriberBuffer.pop`).
+    @inlinable static var boundedHeadRelease: Bool {
+        #if ASYNCBROADCAST_FAULT_BOUNDED_HEAD_RELEASE
+        return true
+        #else
+        return false
+        #endif
+    }
+
+    /// An emitter announces its check for room with a release store, not a
+    /// sequentially consistent one (`BroadcastStorage.announceEmitterCheck`).
+    @inlinable static var emitterFlagRelease: Bool {
+        #if ASYNCBROADCAST_FAULT_EMITTER_FLAG_RELEASE
+        return true
+        #else
+        return false
+        #endif
+    }
 }
