@@ -156,14 +156,16 @@ struct BroadcastState<Element: Sendable, Failure: Error>: ~Copyable {
         return result
     }
 
-    /// `send(contentsOf:)`: hands every element of `batch`, in order, to
-    /// each subscriber in turn, then wakes parked readers once. What each
-    /// subscriber holds, drops and counts is what consecutive `deliver`
-    /// calls would give if no woken reader ran before the last of them (a
-    /// parked capacity-0 reader takes the first element, the rest is
-    /// dropped). The wake pass's fence and scan are paid per batch, not per
-    /// element: a reader woken after the first element would often find
-    /// the rest still coming and park again.
+    /// `send(contentsOf:)`: hands the whole of `batch` to each subscriber
+    /// in turn, in one step per subscriber (`SubscriberBuffer.offer(batch:)`),
+    /// then wakes parked readers once. What each subscriber holds, drops
+    /// and counts is what consecutive `deliver` calls would give if no
+    /// reader ran before the last of them (a parked capacity-0 reader takes
+    /// the first element, the rest is dropped): a reader running meanwhile,
+    /// woken or not, sees a subscriber's buffer before the batch or after
+    /// it, never in the middle. The wake pass's fence and scan are paid per
+    /// batch, not per element: a reader woken after the first element would
+    /// often find the rest still coming and park again.
     @inlinable
     mutating func deliver(batch: UnsafeBufferPointer<Element>, effects: inout Effects<Element>) -> BroadcastSendResult {
         var result = BroadcastSendResult()

@@ -178,29 +178,94 @@ struct SubscriberBuffer<Element: Sendable>: @unchecked Sendable {
         }
     }
 
-    /// `offer` for each element of `batch` in turn; returns (delivered, dropped, full).
+    /// Hands all of `batch` to this buffer in one step; returns (delivered,
+    /// dropped, full), counted as consecutive `offer` calls would count them
+    /// if the reader took nothing in between.
+    ///
+    /// One step, because a reader running at the same time must never take
+    /// an element from the middle of a batch (see "Sending a batch" in
+    /// Semantics.md): per element, a reader popping between two offers
+    /// would make room (or re-park) mid-batch and receive elements that the
+    /// policy applied to the whole batch keeps from it. So each form
+    /// publishes the batch's outcome at once:
+    ///
+    /// - lock-free, never dropping: the whole batch, one `tail` store;
+    /// - lock-free `.bufferingOldest(n)`: the prefix that fits (from the
+    ///   producer's view of the count), one `tail` store; the rest dropped;
+    /// - locked: the subscriber's lock taken once for the batch, and
+    ///   `parking.isParked` read once, at its start (a capacity-0 reader that
+    ///   waits then takes the first element, the rest is dropped).
     @inlinable
     func offer(batch: UnsafeBufferPointer<Element>, parking: Parking, effects: inout Effects<Element>) -> (Int, Int, Bool) {
-        if case .lockFree(let ring) = storage, !dropsNewest {
-            ring.push(contentsOf: batch)
-            return (batch.count, 0, isBounded && ring.producerCountReaches(limit))
-        }
-        var delivered = 0, dropped = 0, full = false
-        for element in batch {
-            switch offer(element, parking: parking, effects: &effects) {
-            case .delivered: delivered += 1
-            case .deliveredFull: delivered += 1; full = true
-            case .deliveredEvicting: delivered += 1; dropped += 1
-            case .dropped: dropped += 1
-            case .skipped: break
+        switch storage {
+        case .lockFree(let ring):
+            guard dropsNewest else {
+                ring.push(contentsOf: batch)
+                return (batch.count, 0, isBounded && ring.producerCountReaches(limit))
+            }
+            // Re-read the consumer's `head` only if the cached one (never
+            // ahead of the real one) leaves too little room for the batch.
+            var room = limit - (ring.producerTail - ring.producerCachedHead)
+            if room < batch.count { room = limit - ring.producerCount() }
+            let kept = Swift.min(Swift.max(room, 0), batch.count)  // replay may over-fill: room < 0
+            if kept > 0 { ring.push(contentsOf: UnsafeBufferPointer(rebasing: batch[..<kept])) }
+            if kept < batch.count { countDrops(batch.count - kept) }
+            return (kept, batch.count - kept, false)
+        case .locked(let locked):
+            lock.lock()
+            defer { lock.unlock() }
+            return locked._withUnsafeGuaranteedRef { locked in
+                offerLocked(batch: batch, to: &locked.ring, parking: parking, effects: &effects)
             }
         }
-        return (delivered, dropped, full)
+    }
+
+    /// `offer(batch:)` for the locked form; call with `lock` held.
+    @inlinable
+    func offerLocked(batch: UnsafeBufferPointer<Element>, to ring: inout RingBuffer<Element>,
+                     parking: Parking, effects: inout Effects<Element>) -> (Int, Int, Bool) {
+        var next = 0
+        // Only an empty buffer hands an element to a waiting reader, and
+        // after that element it is not empty: one look, for the first.
+        if ring.isEmpty && parking.isParked {
+            ring.append(batch[0])
+            next = 1
+        }
+        let remaining = batch.count - next
+        guard remaining > 0 else { return (next, 0, false) }
+        if limit == 0 || dropsNewest {
+            // Capacity 0 (or a locked `.bufferingOldest`): what fits stays,
+            // the rest is dropped. No reader can have made room meanwhile.
+            let kept = Swift.min(Swift.max(limit - ring.count, 0), remaining)
+            for element in batch[next..<(next + kept)] { ring.append(element) }
+            if kept < remaining { countDrops(remaining - kept) }
+            return (next + kept, remaining - kept, false)
+        }
+        // `.bufferingNewest(n)`: every element is delivered, and each one
+        // past the capacity evicts the oldest. A buffer over-filled by
+        // replay stays at its size: each send then evicts one.
+        let size = Swift.max(limit, ring.count)
+        let final = Swift.min(ring.count + remaining, size)
+        let evictions = ring.count + remaining - final
+        // Batch elements that a later one of the batch would evict at once
+        // are never stored (they count as delivered and evicted).
+        let skipped = remaining - Swift.min(remaining, final)
+        // Release evicted elements after the locks (their deinitializers
+        // are user code).
+        for _ in 0..<(evictions - skipped) { effects.release(ring.popFirst().unsafelyUnwrapped) }
+        for element in batch[(next + skipped)...] { ring.append(element) }
+        if evictions > 0 && !(Fault.miscountEviction && ring.capacity == limit) { countDrops(evictions) }
+        return (next + remaining, evictions, false)
     }
 
     @inlinable
     func countDrop() {
         dropped.storeRelease(dropped.loadRelaxed() + 1)  // single writer: the sequence lock holder
+    }
+
+    @inlinable
+    func countDrops(_ count: Int) {
+        dropped.storeRelease(dropped.loadRelaxed() + count)  // single writer: the sequence lock holder
     }
 
     /// Unread elements, as producers see them (sequence lock held).
