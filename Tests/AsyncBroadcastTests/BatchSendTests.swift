@@ -1,4 +1,5 @@
 import Dispatch
+import Foundation
 import Testing
 @_spi(Testing) @testable import AsyncBroadcast
 
@@ -37,6 +38,39 @@ import Testing
             #expect(batchedSubscriptions[index].droppedCount == oneByOneSubscriptions[index].droppedCount,
                     "policy \(policy)")
         }
+    }
+
+    /// Replay over-fills every subscriber (a window of 5, capacities up to
+    /// 3): a batch then drops, evicts and counts as consecutive sends do,
+    /// and every element it does not keep is released.
+    @Test(arguments: [1, 2, 5, 12])
+    func aBatchAfterAnOverFillingReplayEqualsConsecutiveSends(count: Int) {
+        let counter = LiveCounter()
+        let batched = BroadcastSequence(of: Payload.self, replay: 5)
+        let oneByOne = BroadcastSequence(of: Payload.self, replay: 5)
+        for element in 0..<5 {
+            batched.send(Payload(-1 - element, counter))
+            oneByOne.send(Payload(-1 - element, counter))
+        }
+        let batchedSubscriptions = Self.policies.map { batched.subscribe(bufferingPolicy: $0) }
+        let oneByOneSubscriptions = Self.policies.map { oneByOne.subscribe(bufferingPolicy: $0) }
+
+        let result = batched.send(contentsOf: (0..<count).map { Payload($0, counter) })
+        var sum = BroadcastSendResult()
+        for element in 0..<count {
+            let single = oneByOne.send(Payload(element, counter))
+            sum.delivered += single.delivered
+            sum.dropped += single.dropped
+        }
+        #expect(result == sum)
+        for (index, policy) in Self.policies.enumerated() {
+            #expect(pollAll(batchedSubscriptions[index]).map(\.value) == pollAll(oneByOneSubscriptions[index]).map(\.value),
+                    "policy \(policy)")
+            #expect(batchedSubscriptions[index].droppedCount == oneByOneSubscriptions[index].droppedCount,
+                    "policy \(policy)")
+        }
+        // Read out: only the two replay windows remain.
+        #expect(counter.live == 10)
     }
 
     /// The totals per policy, spelled out for a batch of 10 after one element.
@@ -146,6 +180,94 @@ import Testing
         #expect(try await withDeadline("batch read") { await reader.value } == batch)
         #expect(executor.enqueued - before == 1)
         #expect(pollAll(other) == batch)
+    }
+
+    // MARK: One step for a concurrent reader
+
+    /// A reader running on another thread while a producer thread sends
+    /// batches sees each batch as one step, whatever its policy: it never
+    /// takes an element from the middle of a batch. After a batch of `L`
+    /// (longer than any capacity here), a subscriber holds
+    /// - `.bufferingNewest(n > 0)`: the batch's last `n` (everything older
+    ///   was evicted), so the reader takes `L - n, L - n + 1, …` until the
+    ///   next batch evicts the rest: a prefix of the last `n`;
+    /// - `.bufferingOldest(n > 0)`: a prefix of the batch (as much as fitted
+    ///   at its start; nothing is evicted later), so the reader takes
+    ///   `0, 1, …, k - 1`, `k <= n`;
+    /// - capacity 0: the batch's first element if the reader waited when the
+    ///   batch began, else nothing.
+    /// Per element, a reader that popped (or parked again) between two
+    /// elements made room for, or was handed, an element from the middle.
+    @Test(arguments: [
+        BroadcastBufferingPolicy.bufferingNewest(1), .bufferingNewest(0), .bufferingOldest(0),
+        .bufferingOldest(1), .bufferingOldest(8), .bufferingNewest(8),
+    ])
+    func aConcurrentReaderSeesEachBatchAsOneStep(policy: BroadcastBufferingPolicy) async throws {
+        let length = 100
+        let allowed: (Int) -> [Int]  // the longest run a reader may see of a batch, for `count` seen
+        switch policy {
+        case .bufferingNewest(let n) where n > 0: allowed = { Array((length - n)..<(length - n + $0)) }
+        case .bufferingOldest(let n) where n > 0: allowed = { Array(0..<$0) }
+        default: allowed = { Array(0..<$0) }  // capacity 0: nothing, or the first
+        }
+        let capacity: Int
+        switch policy {
+        case .bufferingNewest(let n), .bufferingOldest(let n), .bounded(let n): capacity = Swift.max(n, 1)
+        case .unbounded: capacity = .max
+        }
+
+        let seen = try await Self.readWhileSendingBatches(policy: policy, length: length)
+        var bad: [String] = []
+        var batchesSeen = 0
+        var mostOfOneBatch = 0
+        var position = 0
+        while position < seen.count {
+            let batch = seen[position] / length
+            var positions: [Int] = []
+            while position < seen.count && seen[position] / length == batch {
+                positions.append(seen[position] % length)
+                position += 1
+            }
+            batchesSeen += 1
+            mostOfOneBatch = Swift.max(mostOfOneBatch, positions.count)
+            if positions.count > capacity || positions != allowed(positions.count) {
+                bad.append("batch \(batch): \(positions)")
+            }
+        }
+        #expect(batchesSeen > 0, "the reader saw nothing (it waited before the first batch)")
+        #expect(bad.isEmpty, "\(policy): \(bad.count) of \(batchesSeen) batches seen split (at most \(mostOfOneBatch) elements of one batch); first: \(bad.prefix(3).joined(separator: "; "))")
+    }
+
+    /// Sends batches of `length` consecutive integers (batch `b` holds
+    /// `b * length ..< (b + 1) * length`) from a thread of its own, while a
+    /// detached task reads the subscription; returns what it read. Sending
+    /// starts once the reader waits, and stops after a bounded number of
+    /// batches or of seconds (a fifth of them under ThreadSanitizer),
+    /// whichever comes first. A hang fails with `DeadlineExceeded`.
+    static func readWhileSendingBatches(policy: BroadcastBufferingPolicy, length: Int) async throws -> [Int] {
+        let underTSan = ThreadSanitizer.isActive
+        let batches = underTSan ? 4_000 : 20_000
+        let seconds: Double = underTSan ? 4 : 1.5
+        let sequence = BroadcastSequence<Int, Never>()
+        let subscription = sequence.subscribe(bufferingPolicy: policy)
+        let reader = Task.detached {
+            var seen: [Int] = []
+            for await element in subscription { seen.append(element) }
+            return seen
+        }
+        try await waitUntil("reader waits") { subscription.isConsumerWaiting }
+        Thread.detachNewThread {
+            let clock = ContinuousClock()
+            let deadline = clock.now + .milliseconds(Int(seconds * 1000))
+            var batch = Array(0..<length)
+            for b in 0..<batches {
+                for i in 0..<length { batch[i] = b * length + i }
+                sequence.send(contentsOf: batch)
+                if b % 64 == 0 && clock.now > deadline { break }
+            }
+            sequence.finish()
+        }
+        return try await withDeadline("reader ends") { await reader.value }
     }
 }
 
