@@ -69,6 +69,10 @@ static cab_wm_buffer cab_wm_buffers[CAB_WM_THREADS];
 static cab_wm_mark *cab_wm_marks[CAB_WM_BUCKETS];
 static uint64_t cab_wm_stats_buffered = 0, cab_wm_stats_stale = 0;
 static _Thread_local intptr_t cab_wm_tid = -1;
+static _Atomic(intptr_t) cab_wm_fault_bits = 0;
+
+intptr_t cab_wm_faults(void) { return atomic_load_explicit(&cab_wm_fault_bits, memory_order_relaxed); }
+void cab_wm_set_faults(intptr_t bits) { atomic_store_explicit(&cab_wm_fault_bits, bits, memory_order_relaxed); }
 
 static inline void cab_wm_enter(void) { pthread_mutex_lock(&cab_wm_mutex); }
 static inline void cab_wm_leave(void) { pthread_mutex_unlock(&cab_wm_mutex); }

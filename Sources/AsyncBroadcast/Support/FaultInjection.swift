@@ -1,3 +1,7 @@
+#if ASYNCBROADCAST_WEAK_MEMORY
+public import _CAtomics  // the run-time fault switches below (inlinable)
+#endif
+
 /// Deliberate faults, compiled in only with `-DASYNCBROADCAST_FAULT_<NAME>`.
 ///
 /// They exist to prove that the checkers catch real bugs:
@@ -134,13 +138,17 @@ enum Fault {
     // Each takes away one fence or sequentially consistent access of a
     // cross-thread handshake; the litmus runner (Fuzz/Sources/litmus) and
     // the weak-memory fuzz targets must then find the lost wake-up or the
-    // stuck subscriber it causes.
+    // stuck subscriber it causes. A weak-memory build can also switch each
+    // one at run time (`WeakMemoryModel.removedOrderings`), so one build
+    // checks them all.
 
     /// A reader parks without the fence between announcing itself and its
     /// last look for work (`Parking.park`).
     @inlinable static var parkSkipsFence: Bool {
         #if ASYNCBROADCAST_FAULT_PARK_SKIPS_FENCE
         return true
+        #elseif ASYNCBROADCAST_WEAK_MEMORY
+        return cab_wm_faults() & 1 != 0  // WeakMemoryModel.Ordering.parkSkipsFence
         #else
         return false
         #endif
@@ -151,6 +159,8 @@ enum Fault {
     @inlinable static var wakeSkipsFence: Bool {
         #if ASYNCBROADCAST_FAULT_WAKE_SKIPS_FENCE
         return true
+        #elseif ASYNCBROADCAST_WEAK_MEMORY
+        return cab_wm_faults() & 2 != 0  // WeakMemoryModel.Ordering.wakeSkipsFence
         #else
         return false
         #endif
@@ -161,6 +171,8 @@ enum Fault {
     @inlinable static var finishSkipsFence: Bool {
         #if ASYNCBROADCAST_FAULT_FINISH_SKIPS_FENCE
         return true
+        #elseif ASYNCBROADCAST_WEAK_MEMORY
+        return cab_wm_faults() & 4 != 0  // WeakMemoryModel.Ordering.finishSkipsFence
         #else
         return false
         #endif
@@ -171,6 +183,8 @@ enum Fault {
     @inlinable static var popSkipsFence: Bool {
         #if ASYNCBROADCAST_FAULT_POP_SKIPS_FENCE
         return true
+        #elseif ASYNCBROADCAST_WEAK_MEMORY
+        return cab_wm_faults() & 8 != 0  // WeakMemoryModel.Ordering.popSkipsFence
         #else
         return false
         #endif
@@ -181,6 +195,8 @@ enum Fault {
     @inlinable static var cancelSkipsFence: Bool {
         #if ASYNCBROADCAST_FAULT_CANCEL_SKIPS_FENCE
         return true
+        #elseif ASYNCBROADCAST_WEAK_MEMORY
+        return cab_wm_faults() & 16 != 0  // WeakMemoryModel.Ordering.cancelSkipsFence
         #else
         return false
         #endif
@@ -191,6 +207,8 @@ enum Fault {
     @inlinable static var boundedHeadRelease: Bool {
         #if ASYNCBROADCAST_FAULT_BOUNDED_HEAD_RELEASE
         return true
+        #elseif ASYNCBROADCAST_WEAK_MEMORY
+        return cab_wm_faults() & 32 != 0  // WeakMemoryModel.Ordering.boundedHeadRelease
         #else
         return false
         #endif
@@ -201,6 +219,8 @@ enum Fault {
     @inlinable static var emitterFlagRelease: Bool {
         #if ASYNCBROADCAST_FAULT_EMITTER_FLAG_RELEASE
         return true
+        #elseif ASYNCBROADCAST_WEAK_MEMORY
+        return cab_wm_faults() & 64 != 0  // WeakMemoryModel.Ordering.emitterFlagRelease
         #else
         return false
         #endif

@@ -60,4 +60,43 @@ public enum WeakMemoryModel {
         cab_wm_statistics(&buffered, &stale)
         return (buffered, stale)
     }
+
+    /// One ordering of a cross-thread handshake (a row of Handshakes.md)
+    /// that a checker can take away, to show that it finds the bug.
+    public enum Ordering: Int, CaseIterable, Sendable {
+        /// The reader's fence in `Parking.park` (row 1).
+        case parkSkipsFence = 1
+        /// The producer's fence before it looks for parked readers (row 1).
+        case wakeSkipsFence = 2
+        /// `finish`'s fence after recording the terminal event (rows 2, 3).
+        case finishSkipsFence = 4
+        /// The consumer's fence after taking its last element (row 2).
+        case popSkipsFence = 8
+        /// `cancel()`'s fence before it looks for a parked reader (row 4).
+        case cancelSkipsFence = 16
+        /// A `.bounded` consumer's sequentially consistent head store (row 5).
+        case boundedHeadRelease = 32
+        /// An emitter's sequentially consistent announcement (row 5).
+        case emitterFlagRelease = 64
+
+        /// The `-DASYNCBROADCAST_FAULT_…` name of the same fault.
+        public var faultName: String {
+            switch self {
+            case .parkSkipsFence: return "PARK_SKIPS_FENCE"
+            case .wakeSkipsFence: return "WAKE_SKIPS_FENCE"
+            case .finishSkipsFence: return "FINISH_SKIPS_FENCE"
+            case .popSkipsFence: return "POP_SKIPS_FENCE"
+            case .cancelSkipsFence: return "CANCEL_SKIPS_FENCE"
+            case .boundedHeadRelease: return "BOUNDED_HEAD_RELEASE"
+            case .emitterFlagRelease: return "EMITTER_FLAG_RELEASE"
+            }
+        }
+    }
+
+    /// The orderings taken away now (weak-memory builds only; a normal
+    /// build ignores this and keeps every ordering).
+    public static var removedOrderings: Set<Ordering> {
+        get { Set(Ordering.allCases.filter { Int(cab_wm_faults()) & $0.rawValue != 0 }) }
+        set { cab_wm_set_faults(newValue.reduce(0) { $0 | $1.rawValue }) }
+    }
 }

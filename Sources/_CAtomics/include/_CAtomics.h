@@ -319,6 +319,10 @@ void cab_wm_runtime_sync(void);
 void cab_wm_lock(cab_lock *_Nonnull l);
 bool cab_wm_trylock(cab_lock *_Nonnull l);
 void cab_wm_unlock(cab_lock *_Nonnull l);
+/// The orderings a checker removed at run time (bits of
+/// `WeakMemoryModel.Ordering`; see FaultInjection.swift).
+intptr_t cab_wm_faults(void);
+void cab_wm_set_faults(intptr_t bits);
 /// Before freeing `[start, start + bytes)`.
 void cab_wm_forget(void *_Nonnull start, size_t bytes);
 
