@@ -15,7 +15,8 @@
 //   up to its last seq_cst store (seq_cst operations are totally ordered).
 // - Fences, read-modify-writes (CAS, exchange, fetch-add, fetch-or) and
 //   lock() drain the calling thread's whole buffer (they are locked
-//   instructions on x86 and full barriers on ARMv8 with LSE).
+//   instructions on x86 and full barriers on ARMv8 with LSE). A failed CAS
+//   is only a load, as in C11: it drains nothing.
 // - unlock() is a release only: it drains nothing, it records where the
 //   releasing thread's buffer stood; a later lock() of the same mutex (by any
 //   thread) drains the releaser's buffer up to that point, which is what
@@ -237,6 +238,20 @@ intptr_t cab_wm_exchange(cab_atomic_int *_Nonnull a, intptr_t value) {
 
 bool cab_wm_cas(cab_atomic_int *_Nonnull a, intptr_t *_Nonnull expected, intptr_t desired) {
     cab_wm_enter();
+    cab_wm_buffer *b = cab_wm_mine();
+    if (b != NULL) {
+        bool mine = false;
+        for (intptr_t i = 0; i < b->count && !mine; i++) mine = cab_wm_at(b, i)->address == a;
+        intptr_t current = atomic_load_explicit(&a->value, memory_order_seq_cst);
+        if (!mine && current != *expected) {
+            // A failed compare-exchange is only a load (C11: its failure
+            // order, acquire): it writes nothing and drains nothing. (x86's
+            // `lock cmpxchg` would drain; ARM's CAS need not.)
+            *expected = current;
+            cab_wm_leave();
+            return false;
+        }
+    }
     cab_wm_drain_mine();
     bool exchanged = atomic_compare_exchange_strong_explicit(&a->value, expected, desired,
                                                              memory_order_seq_cst, memory_order_seq_cst);
