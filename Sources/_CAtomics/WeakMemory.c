@@ -23,6 +23,9 @@
 //   happens-before through a mutex means. A store made inside a critical
 //   section can therefore still be invisible to a thread that does not take
 //   the lock, as on ARM, and the model shows the fence a lock does not give.
+// - Preemption: before each operation of a modelled thread that holds none
+//   of our locks, a harness hook (`cab_wm_set_preempt_hook`) may run another
+//   logical thread's code right there, on the same OS thread, as loom does.
 // - The harness drains buffers whenever its input says (`cab_wm_drain`), and
 //   stands in for synchronisation that is not ours (a task's completion
 //   observed, a reference count dropping to zero): `cab_wm_drain`,
@@ -74,6 +77,23 @@ static _Atomic(intptr_t) cab_wm_fault_bits = 0;
 
 intptr_t cab_wm_faults(void) { return atomic_load_explicit(&cab_wm_fault_bits, memory_order_relaxed); }
 void cab_wm_set_faults(intptr_t bits) { atomic_store_explicit(&cab_wm_fault_bits, bits, memory_order_relaxed); }
+
+static void (*cab_wm_preempt_hook)(void) = NULL;
+static _Thread_local bool cab_wm_in_hook = false;
+static intptr_t cab_wm_lock_depth[CAB_WM_THREADS];
+
+void cab_wm_set_preempt_hook(void (*_Nullable hook)(void)) { cab_wm_preempt_hook = hook; }
+
+/// A preemption point: before each operation of a modelled thread that holds
+/// none of our locks, the harness may run another logical thread's code
+/// right here, on this OS thread (loom's way of exploring interleavings).
+static inline void cab_wm_maybe_preempt(void) {
+    if (cab_wm_preempt_hook == NULL || cab_wm_in_hook || !cab_wm_enabled || cab_wm_observer || cab_wm_tid < 0) return;
+    if (cab_wm_lock_depth[cab_wm_tid] != 0) return;
+    cab_wm_in_hook = true;
+    cab_wm_preempt_hook();
+    cab_wm_in_hook = false;
+}
 
 static inline void cab_wm_enter(void) { pthread_mutex_lock(&cab_wm_mutex); }
 static inline void cab_wm_leave(void) { pthread_mutex_unlock(&cab_wm_mutex); }
@@ -163,6 +183,7 @@ void cab_wm_statistics(uint64_t *_Nonnull buffered, uint64_t *_Nonnull stale) {
 // MARK: Operations
 
 intptr_t cab_wm_load(cab_atomic_int *_Nonnull a, intptr_t order) {
+    cab_wm_maybe_preempt();
     cab_wm_enter();
     intptr_t result;
     bool found = false;
@@ -205,6 +226,7 @@ intptr_t cab_wm_load(cab_atomic_int *_Nonnull a, intptr_t order) {
 }
 
 void cab_wm_store(cab_atomic_int *_Nonnull a, intptr_t value, intptr_t order) {
+    cab_wm_maybe_preempt();
     cab_wm_enter();
     cab_wm_buffer *b = cab_wm_mine();
     if (b == NULL) {
@@ -229,6 +251,7 @@ static inline void cab_wm_drain_mine(void) {
 }
 
 intptr_t cab_wm_exchange(cab_atomic_int *_Nonnull a, intptr_t value) {
+    cab_wm_maybe_preempt();
     cab_wm_enter();
     cab_wm_drain_mine();
     intptr_t old = atomic_exchange_explicit(&a->value, value, memory_order_seq_cst);
@@ -237,6 +260,7 @@ intptr_t cab_wm_exchange(cab_atomic_int *_Nonnull a, intptr_t value) {
 }
 
 bool cab_wm_cas(cab_atomic_int *_Nonnull a, intptr_t *_Nonnull expected, intptr_t desired) {
+    cab_wm_maybe_preempt();
     cab_wm_enter();
     cab_wm_buffer *b = cab_wm_mine();
     if (b != NULL) {
@@ -260,6 +284,7 @@ bool cab_wm_cas(cab_atomic_int *_Nonnull a, intptr_t *_Nonnull expected, intptr_
 }
 
 intptr_t cab_wm_fetch_add(cab_atomic_int *_Nonnull a, intptr_t delta) {
+    cab_wm_maybe_preempt();
     cab_wm_enter();
     cab_wm_drain_mine();
     intptr_t old = atomic_fetch_add_explicit(&a->value, delta, memory_order_seq_cst);
@@ -268,6 +293,7 @@ intptr_t cab_wm_fetch_add(cab_atomic_int *_Nonnull a, intptr_t delta) {
 }
 
 intptr_t cab_wm_fetch_or(cab_atomic_int *_Nonnull a, intptr_t bits) {
+    cab_wm_maybe_preempt();
     cab_wm_enter();
     cab_wm_drain_mine();
     intptr_t old = atomic_fetch_or_explicit(&a->value, bits, memory_order_seq_cst);
@@ -276,6 +302,7 @@ intptr_t cab_wm_fetch_or(cab_atomic_int *_Nonnull a, intptr_t bits) {
 }
 
 void cab_wm_fence(void) {
+    cab_wm_maybe_preempt();
     cab_wm_enter();
     cab_wm_drain_mine();
     cab_wm_leave();
@@ -304,13 +331,21 @@ static void cab_wm_acquired(cab_lock *l) {
     cab_wm_leave();
 }
 
+static inline void cab_wm_count_lock(intptr_t delta) {
+    if (cab_wm_tid >= 0) cab_wm_lock_depth[cab_wm_tid] += delta;
+}
+
 void cab_wm_lock(cab_lock *_Nonnull l) {
+    cab_wm_maybe_preempt();
     cab_lock_lock(l);
+    cab_wm_count_lock(1);
     cab_wm_acquired(l);
 }
 
 bool cab_wm_trylock(cab_lock *_Nonnull l) {
+    cab_wm_maybe_preempt();
     if (!cab_lock_trylock(l)) return false;
+    cab_wm_count_lock(1);
     cab_wm_acquired(l);
     return true;
 }
@@ -333,6 +368,7 @@ void cab_wm_unlock(cab_lock *_Nonnull l) {
         m->stamp = 0;  // nothing of the releaser's is pending
     }
     cab_wm_leave();
+    cab_wm_count_lock(-1);
     cab_lock_unlock(l);
 }
 

@@ -99,4 +99,12 @@ public enum WeakMemoryModel {
         get { Set(Ordering.allCases.filter { Int(cab_wm_faults()) & $0.rawValue != 0 }) }
         set { cab_wm_set_faults(newValue.reduce(0) { $0 | $1.rawValue }) }
     }
+
+    /// Called before each operation (load, store, RMW, fence, lock) of a
+    /// modelled thread that holds none of the library's locks; never nested.
+    /// The hook may switch `currentThread`, run another logical thread's
+    /// code to completion right there, and switch back: a preemption.
+    public static func setPreemptionHook(_ hook: (@convention(c) () -> Void)?) {
+        cab_wm_set_preempt_hook(hook)
+    }
 }

@@ -323,6 +323,9 @@ void cab_wm_unlock(cab_lock *_Nonnull l);
 /// `WeakMemoryModel.Ordering`; see FaultInjection.swift).
 intptr_t cab_wm_faults(void);
 void cab_wm_set_faults(intptr_t bits);
+/// Called before each operation of a modelled thread holding none of our
+/// locks (never nested): the harness may run another logical thread there.
+void cab_wm_set_preempt_hook(void (*_Nullable hook)(void));
 /// Before freeing `[start, start + bytes)`.
 void cab_wm_forget(void *_Nonnull start, size_t bytes);
 
