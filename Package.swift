@@ -36,6 +36,8 @@ let package = Package(
         .target(
             name: "AsyncBroadcast",
             dependencies: ["_CAtomics"],
+            // The handshake table, beside the park/wake protocol it proves.
+            exclude: ["Subscriber/Handshakes.md"],
             swiftSettings: [.swiftLanguageMode(.v6)] + internalChecks + weakMemory
         ),
         .target(

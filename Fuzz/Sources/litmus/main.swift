@@ -219,7 +219,7 @@ for policy in lockFree + locked {
         notShown: [(.parkSkipsFence, "the reader's CAS to parked drains its buffer in a TSO model (C11 needs the fence: an acq_rel CAS does not order a later load of another word)")]
             + (lockFree.contains(where: { policyName($0) == policyName(policy) }) ? []
                : [(.wakeSkipsFence, "a locked buffer: the reader's look takes the subscriber lock the send released, which orders it")]),
-        lockOrdered: false,
+        lockOrdered: !lockFree.contains(where: { policyName($0) == policyName(policy) }),
         jobA: true, jobB: false,
         make: { executor in
             let sequence = BroadcastSequence<Int, Never>(bufferingPolicy: policy)
@@ -277,7 +277,7 @@ for policy in lockFree + locked {
         shown: isLockFree ? [.finishSkipsFence] : [],
         notShown: [(.parkSkipsFence, "the reader's CAS to parked drains its buffer in a TSO model")]
             + (isLockFree ? [] : [(.finishSkipsFence, "a locked buffer: the reader's look takes the subscriber lock finish released")]),
-        lockOrdered: false,
+        lockOrdered: !isLockFree,
         jobA: true, jobB: false,
         make: { executor in
             let sequence = BroadcastSequence<Int, Never>(bufferingPolicy: policy)
@@ -302,7 +302,7 @@ for policy in lockFree + locked {
         shown: isLockFree ? [.cancelSkipsFence] : [],
         notShown: [(.parkSkipsFence, "the reader's CAS to parked drains its buffer in a TSO model")]
             + (isLockFree ? [] : [(.cancelSkipsFence, "a locked buffer: the reader's look takes the subscriber lock cancel() released")]),
-        lockOrdered: false,
+        lockOrdered: !isLockFree,
         jobA: true, jobB: false,
         make: { executor in
             let sequence = BroadcastSequence<Int, Never>(bufferingPolicy: policy)
