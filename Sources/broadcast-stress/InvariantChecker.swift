@@ -12,6 +12,11 @@ import AsyncBroadcast
 //   numbers are its program order. Each operation records its outcome: the
 //   `BroadcastSendResult`, or `CancellationError` (only ever for an `emit`
 //   whose child task the producer cancelled).
+// - A `send` may be a `send(contentsOf:)` of several elements (a batch):
+//   a producer numbers its elements, and a batch's elements, all started
+//   before the call and completed after it, count as one operation in the
+//   join bracket. The rules below are per element unless they say
+//   otherwise; a result counts its whole batch.
 // - D, the *delivered* set: operations whose result has `isFinished == false`.
 //   Operations reporting `isFinished`, and cancelled emits, delivered nothing.
 // - The witness: an `.unbounded` subscriber, subscribed before any producer
@@ -84,7 +89,7 @@ import AsyncBroadcast
 //    subscriber that joined before sending and lives through with a policy
 //    that always stores (`.unbounded`, `.bounded`, `.bufferingNewest(n>0)`),
 //    and in `delivered + dropped` every such subscriber of any policy; neither
-//    count exceeds the number of subscribers.
+//    count exceeds the number of subscribers (all per element of a batch).
 // 9. Terminal: every subscriber that lives through ends the same way as the
 //    witness: `nil` if only finish() ran (or the last reference was
 //    dropped), the error of a finish(throwing:) if only those ran, and any
@@ -97,6 +102,20 @@ import AsyncBroadcast
 //    returns nil, never the sequence's error. Checked only for a subscriber
 //    certainly registered (made before finish: one made after ignores its
 //    task's cancellation).
+// 11. A batch is one step: a subscriber takes a `send(contentsOf:)` of L
+//    elements at once, so a consumer reading meanwhile never takes one from
+//    its middle. Of a batch sent after it registered (W position >= rHigh:
+//    nothing of it replayed), a dropping subscriber receives
+//    - capacity 0: nothing, or the first element (its reader waited when
+//      the batch began; the rest was dropped);
+//    - `.bufferingOldest(n)`: a prefix, at most n (what fitted at once;
+//      nothing is evicted later);
+//    - `.bufferingNewest(n)`: only elements among the batch's last m, m =
+//      max(n, k) if replay may have over-filled it (its size then stays), else
+//      n: the batch evicted everything older at once.
+//    (`.unbounded`/`.bounded` keep every element: rule 5.) Taken per
+//    element, a consumer that read (or waited again) between two elements
+//    made room mid-batch and received elements from its middle.
 // Checked by the round runner (see RoundRunner)
 // - Liveness: every task ends before the deadline (watchdog); after the
 //   producers end (and before finish), every subscriber that joined before
@@ -154,30 +173,43 @@ enum InvariantChecker {
         var delivered = Set<Int>()
         var cancelled = Set<Int>()
         var finishedKeys = Set<Int>()
-        var deliveredResults: [(Int, BroadcastSendResult)] = []
+        /// Results of delivered operations: their first key, and how many elements.
+        var deliveredResults: [(key: Int, result: BroadcastSendResult, elements: Int)] = []
+        /// Elements of batches of two or more: where in its batch, and the batch's length.
+        var batchPlace: [Int: (position: Int, length: Int)] = [:]
         for producer in observation.producers {
             if producer.ops.count != plan.producers[producer.id].opCount {
                 out.add("harness", "producer \(producer.id) ran \(producer.ops.count) of \(plan.producers[producer.id].opCount) ops")
             }
-            for (index, op) in producer.ops.enumerated() {
-                let key = Item.key(producer: producer.id, index: index)
+            var nextIndex = 0
+            for op in producer.ops {
+                if op.firstIndex != nextIndex || op.elements < 1 {
+                    out.add("harness", "producer \(producer.id): an op of \(op.elements) elements from #\(op.firstIndex), expected from #\(nextIndex)")
+                }
+                nextIndex = op.firstIndex + op.elements
+                let keys = op.keys(producer: producer.id)
+                let key = keys.lowerBound
+                let what = op.elements > 1 ? "\(Item.describe(key)) (send(contentsOf:) of \(op.elements))" : Item.describe(key)
+                if op.elements > 1 {
+                    for (position, element) in keys.enumerated() { batchPlace[element] = (position, op.elements) }
+                }
                 switch op.outcome {
                 case .cancelled:
-                    cancelled.insert(key)
+                    cancelled.formUnion(keys)
                     if op.kind != .cancellableEmit {
-                        out.add("emit", "\(Item.describe(key)): emit threw CancellationError though its task was never cancelled")
+                        out.add("emit", "\(what): emit threw CancellationError though its task was never cancelled")
                     }
                 case .result(let result):
                     if result.isFinished {
-                        finishedKeys.insert(key)
+                        finishedKeys.formUnion(keys)
                         if result.delivered != 0 || result.dropped != 0 {
-                            out.add("send result", "\(Item.describe(key)) reported isFinished but counted \(resultText(result))")
+                            out.add("send result", "\(what) reported isFinished but counted \(resultText(result))")
                         }
                     } else {
-                        delivered.insert(key)
-                        deliveredResults.append((key, result))
+                        delivered.formUnion(keys)
+                        deliveredResults.append((key, result, op.elements))
                         if op.finishSeenBefore {
-                            out.add("finish is final", "\(Item.describe(key)) (\(op.kind)) started after a finish had returned but delivered (\(resultText(result)))")
+                            out.add("finish is final", "\(what) (\(op.kind)) started after a finish had returned but delivered (\(resultText(result)))")
                         }
                     }
                 }
@@ -206,10 +238,51 @@ enum InvariantChecker {
             if plan.effectivePolicy(of: subscriber).alwaysCountsDelivered { minDelivered += 1 }
         }
         let maxSubscribers = plan.subscribers.count
-        for (key, result) in deliveredResults {
-            if result.delivered < minDelivered || result.delivered + result.dropped < minTotal
-                || result.delivered > maxSubscribers || result.dropped > maxSubscribers {
-                out.add("send result counts", "\(Item.describe(key)): \(resultText(result)); expected delivered >= \(minDelivered), delivered + dropped >= \(minTotal) (early subscribers that live through), each <= \(maxSubscribers) (all subscribers)")
+        for (key, result, elements) in deliveredResults {
+            if result.delivered < minDelivered * elements || result.delivered + result.dropped < minTotal * elements
+                || result.delivered > maxSubscribers * elements || result.dropped > maxSubscribers * elements {
+                let per = elements > 1 ? " per element of a batch of \(elements)" : ""
+                out.add("send result counts", "\(Item.describe(key)): \(resultText(result)); expected delivered >= \(minDelivered), delivered + dropped >= \(minTotal) (early subscribers that live through), each <= \(maxSubscribers) (all subscribers)\(per)")
+            }
+        }
+
+        // 11. What a dropping subscriber received of each batch sent after
+        // `rHigh` (a batch never straddles it: its elements all start
+        // before the call), given that replay may have left it holding up
+        // to `replayed` elements.
+        func checkBatches(_ record: ConsumerRecord, positions: [Int], from rHigh: Int, replayed: Int) {
+            let subscriber = plan.subscribers[record.id]
+            let name = "subscriber \(record.id) [\(plan.describe(subscriber)); ended by \(record.end)]"
+            var index = 0
+            while index < record.received.count {
+                let key = record.received[index]
+                guard let place = batchPlace[key] else { index += 1; continue }
+                // Its elements are consecutive in `received` (a subsequence of W, where a batch is contiguous).
+                let first = key - place.position
+                var seen: [Int] = []
+                while index < record.received.count, let next = batchPlace[record.received[index]],
+                      record.received[index] - next.position == first {
+                    seen.append(next.position)
+                    index += 1
+                }
+                guard positions[index - 1] >= rHigh else { continue }  // may have been replayed
+                let length = place.length
+                let allowed: String?
+                switch record.policy {
+                case .bufferingOldest(0), .bufferingNewest(0):
+                    allowed = seen.isEmpty || seen == [0] ? nil : "capacity 0: nothing, or the first element"
+                case .bufferingOldest(let n):
+                    allowed = seen == Array(0..<seen.count) && seen.count <= n ? nil : "a prefix of at most \(n)"
+                case .bufferingNewest(let n):
+                    let kept = max(n, replayed)
+                    allowed = seen.allSatisfy { $0 >= length - kept } ? nil
+                        : "only elements among its last \(kept)\(kept > n ? " (replay may have over-filled it)" : "")"
+                case .unbounded, .bounded:
+                    allowed = nil
+                }
+                if let allowed {
+                    out.add("batch is one step", "\(name) received elements \(seen) of the batch \(Item.describe(first)) ..< #\(Item.index(of: first) + length) (sent after it subscribed); \(record.policy.short) allows \(allowed)")
+                }
             }
         }
 
@@ -316,6 +389,11 @@ enum InvariantChecker {
             }
             if firstIsExact, let first = positions.first, first > firstHigh {
                 out.add("no loss", "\(name) missed \(keys(order[firstHigh..<first])) (replayed or sent after it subscribed) before its first element \(Item.describe(order[first]))")
+            }
+
+            // 11. A batch is one step.
+            if !batchPlace.isEmpty, record.policy.mayDrop {
+                checkBatches(record, positions: positions, from: rHigh, replayed: replay > 0 && rHigh > 0 ? replay : 0)
             }
 
             if !record.policy.mayDrop {

@@ -81,6 +81,18 @@ struct OpRecord: Sendable {
     /// A finish had been observed (returned, or reported by a send) before
     /// this operation started.
     let finishSeenBefore: Bool
+    /// The producer's index of the operation's first element: a producer
+    /// numbers its elements, not its operations, so that a
+    /// `send(contentsOf:)` of `elements` carries indices
+    /// `firstIndex ..< firstIndex + elements`.
+    var firstIndex: Int
+    /// 1, or a batch's length.
+    var elements: Int = 1
+
+    /// The keys of the operation's elements, in order.
+    func keys(producer: Int) -> Range<Int> {
+        Item.key(producer: producer, index: firstIndex)..<Item.key(producer: producer, index: firstIndex + elements)
+    }
 }
 
 struct ProducerRecord: Sendable {

@@ -119,7 +119,10 @@ enum RoundRunner {
         violations += InvariantChecker.check(observation)
         recordCoverage(observation)
         let delivered = producers.reduce(0) { sum, producer in
-            sum + producer.ops.filter { if case .result(let result) = $0.outcome { return !result.isFinished }; return false }.count
+            sum + producer.ops.reduce(0) { count, op in
+                if case .result(let result) = op.outcome, !result.isFinished { return count + op.elements }
+                return count
+            }
         }
         return RoundReport(violations: violations, duration: monotonicSeconds() - start, ops: plan.totalOps,
                            delivered: delivered, received: consumers.reduce(0) { $0 + $1.received.count })
@@ -161,7 +164,10 @@ enum RoundRunner {
     /// policies) without any finish to wake it.
     private static func quiesce(_ context: RoundContext, producers: [ProducerRecord], timeout: Double) async -> [Violation] {
         let expected = producers.reduce(0) { sum, producer in
-            sum + producer.ops.filter { if case .result(let result) = $0.outcome { return !result.isFinished }; return false }.count
+            sum + producer.ops.reduce(0) { count, op in
+                if case .result(let result) = op.outcome, !result.isFinished { return count + op.elements }
+                return count
+            }
         }
         let watched = context.slots.filter { $0.plan.joinsBeforeSending && $0.plan.livesThrough }
         func caughtUp(_ slot: SubscriberSlot) -> Bool {
