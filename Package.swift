@@ -42,6 +42,7 @@ let package = Package(
         ),
         .target(
             name: "AsyncBroadcastTestSupport",
+            dependencies: ["_CAtomics"],
             swiftSettings: [.swiftLanguageMode(.v6)]
         ),
         .executableTarget(
