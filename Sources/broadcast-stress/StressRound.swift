@@ -1,14 +1,15 @@
 /// What a round exercises.
 enum RoundKind: String, Sendable, CaseIterable {
-    case sequence, value, promise, sharing
+    case sequence, value, promise, sharing, litmus
 
     /// Share of rounds: sequence rounds keep most of the time.
     var weight: Int {
         switch self {
-        case .sequence: return 62
-        case .value: return 14
-        case .promise: return 9
-        case .sharing: return 15
+        case .sequence: return 57
+        case .value: return 13
+        case .promise: return 8
+        case .sharing: return 14
+        case .litmus: return 8
         }
     }
 
@@ -31,6 +32,7 @@ enum StressRound: Sendable {
     case value(ValueRoundPlan)
     case promise(PromiseRoundPlan)
     case sharing(SharingRoundPlan)
+    case litmus(LitmusRoundPlan)
 
     static func generate(seed: UInt64, options: Options) -> StressRound {
         switch RoundKind.of(seed: seed, allowed: options.kinds) {
@@ -38,6 +40,7 @@ enum StressRound: Sendable {
         case .value: return .value(ValueRoundPlan.generate(seed: seed, options: options))
         case .promise: return .promise(PromiseRoundPlan.generate(seed: seed, options: options))
         case .sharing: return .sharing(SharingRoundPlan.generate(seed: seed, options: options))
+        case .litmus: return .litmus(LitmusRoundPlan.generate(seed: seed, options: options))
         }
     }
 
@@ -47,6 +50,7 @@ enum StressRound: Sendable {
         case .value: return .value
         case .promise: return .promise
         case .sharing: return .sharing
+        case .litmus: return .litmus
         }
     }
 
@@ -56,6 +60,7 @@ enum StressRound: Sendable {
         case .value(let plan): return plan.summary
         case .promise(let plan): return plan.summary
         case .sharing(let plan): return plan.summary
+        case .litmus(let plan): return plan.summary
         }
     }
 
@@ -65,6 +70,7 @@ enum StressRound: Sendable {
         case .value(let plan): return plan.details
         case .promise(let plan): return plan.details
         case .sharing(let plan): return plan.details
+        case .litmus(let plan): return plan.details
         }
     }
 }
@@ -86,6 +92,8 @@ extension RoundRunner {
                 fatalError("sharing rounds need AsyncSequence.Failure (macOS 15 / iOS 18 or later); run with --kinds sequence,value,promise")
             }
             return await SharingRoundRunner.run(plan, header: header, options: options)
+        case .litmus(let plan):
+            return await LitmusRoundRunner.run(plan, header: header, options: options)
         }
     }
 }
