@@ -2,7 +2,7 @@
 # Builds one AsyncBroadcast fuzz target (libFuzzer + AddressSanitizer) and
 # runs it from the committed seed corpus. Exits non-zero on a finding.
 #
-#   Fuzz/run.sh [--fault FLAG] [--strict[=NAMES]] TARGET [SECONDS] [-- LIBFUZZER_ARGS...]
+#   Fuzz/run.sh [--sc] [--fault FLAG | --remove-ordering NAME] [--strict[=NAMES]] TARGET [SECONDS] [-- LIBFUZZER_ARGS...]
 #
 #   TARGET    seq    sequential model check (one sequence, 8 subscribers, poll)
 #             sched  interleavings under a deterministic executor (tasks, emit)
@@ -16,6 +16,19 @@
 #                  VALUE_SKIP_WAKE, VALUE_DUPLICATE, SHARING_SKIP_STOP,
 #                  SHARING_STALE_DELIVERY, COUNTS_SKIP_REMOVAL);
 #                  a finding is then the expected outcome (see fault-check.sh)
+#   --sc      build the old, sequentially consistent way (every atomic is a
+#             real C11 atomic; also FUZZ_MEMORY=sc). The default builds the
+#             library with ASYNCBROADCAST_WEAK_MEMORY=1: every atomic and lock
+#             goes through the weak-memory model (Sources/_CAtomics/WeakMemory.c)
+#             and sched, value and share decide when each task's stores become
+#             visible (see README.md, "Weak memory"). Scratch folders differ per
+#             mode: Fuzz/.build-wm (weak memory), Fuzz/.build (sc).
+#   --remove-ordering NAME   a run-time fault of the weak-memory build
+#             (WeakMemoryModel.Ordering: parkSkipsFence, wakeSkipsFence,
+#             finishSkipsFence, popSkipsFence, cancelSkipsFence,
+#             boundedHeadRelease, emitterFlagRelease; comma-separated for
+#             several): exported as FUZZ_REMOVE_ORDERING, read by the targets
+#             at start-up; no extra build. A finding is the expected outcome.
 #   --strict  check the contract for every fixed bug in KnownBugs (already the
 #             default; FUZZ_STRICT=none expects the old behaviour instead)
 #             (FUZZ_STRICT; see KnownBugs in Sources/FuzzKit/Model.swift)
@@ -23,19 +36,25 @@
 # New corpus entries go to Fuzz/artifacts/corpus-TARGET (ignored by git);
 # crashes to Fuzz/artifacts/. Replay one input with a readable program trace:
 #   FUZZ_TRACE=1 Fuzz/.build/release/fuzz-TARGET path/to/input
-# FUZZ_SCRATCH=DIR builds in DIR instead of Fuzz/.build (parallel builds).
+# FUZZ_SCRATCH=DIR builds in DIR instead of Fuzz/.build-wm / Fuzz/.build
+# (parallel builds).
 set -euo pipefail
 cd "$(dirname "$0")"
 
 fault=""
+ordering=""
 strict=""
+memory="${FUZZ_MEMORY:-weak}"
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --fault) fault="$2"; shift 2 ;;
         --fault=*) fault="${1#--fault=}"; shift ;;
+        --remove-ordering) ordering="$2"; shift 2 ;;
+        --remove-ordering=*) ordering="${1#--remove-ordering=}"; shift ;;
+        --sc) memory="sc"; shift ;;
         --strict) strict="all"; shift ;;
         --strict=*) strict="${1#--strict=}"; shift ;;
-        -h|--help) sed -n '2,25p' "$(basename "$0")"; exit 0 ;;
+        -h|--help) sed -n '2,40p' "$(basename "$0")"; exit 0 ;;
         *) break ;;
     esac
 done
@@ -45,8 +64,19 @@ shift $(( $# >= 2 ? 2 : $# ))
 [[ "${1:-}" == "--" ]] && shift
 case "$target" in
     seq|sched|value|share) ;;
-    *) echo "usage: $0 [--fault FLAG] [--strict] seq|sched|value|share [SECONDS] [-- LIBFUZZER_ARGS...]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--sc] [--fault FLAG | --remove-ordering NAME] [--strict] seq|sched|value|share [SECONDS] [-- LIBFUZZER_ARGS...]" >&2; exit 2 ;;
 esac
+case "$memory" in
+    weak|wm) memory="weak" ;;
+    sc) ;;
+    *) echo "FUZZ_MEMORY must be weak or sc, not $memory" >&2; exit 2 ;;
+esac
+if [[ -n "$ordering" && "$memory" != "weak" ]]; then
+    echo "--remove-ordering needs the weak-memory build (drop --sc)" >&2; exit 2
+fi
+# Each mode has its own scratch folder, so switching never rebuilds the other.
+suffix=""
+[[ "$memory" == "weak" ]] && suffix="-wm"
 
 # Not `--sanitize=fuzzer --sanitize=address`: SwiftPM passes those as two
 # `-sanitize=` flags in an order that changes from run to run, and the Swift
@@ -56,14 +86,28 @@ build_args=(-c release --product "fuzz-$target"
     --sanitize=fuzzer -Xswiftc -sanitize=fuzzer,address -Xcc -fsanitize=fuzzer-no-link,address)
 if [[ -n "$fault" ]]; then
     fault="${fault#ASYNCBROADCAST_FAULT_}"
-    scratch=".build-fault-$fault"
+    scratch=".build-fault-$fault$suffix"
     build_args+=(--scratch-path "$scratch" -Xswiftc "-DASYNCBROADCAST_FAULT_$fault")
     work="artifacts/fault-$fault-$target"
     rm -rf "$work"  # a fault run starts from the committed corpus only
+elif [[ -n "$ordering" ]]; then
+    scratch="${FUZZ_SCRATCH:-.build-wm}"
+    build_args+=(--scratch-path "$scratch")
+    work="artifacts/ordering-${ordering//,/+}-$target"
+    rm -rf "$work"  # a fault run starts from the committed corpus only
+    export FUZZ_REMOVE_ORDERING="$ordering"
 else
-    scratch="${FUZZ_SCRATCH:-.build}"
+    scratch="${FUZZ_SCRATCH:-.build$suffix}"
     build_args+=(--scratch-path "$scratch")
     work="artifacts"
+fi
+if [[ "$memory" == "weak" ]]; then
+    # The root Package.swift defines ASYNCBROADCAST_WEAK_MEMORY when this is
+    # set: the library's atomics and locks go through the weak-memory model.
+    export ASYNCBROADCAST_WEAK_MEMORY=1
+else
+    unset ASYNCBROADCAST_WEAK_MEMORY
+    unset FUZZ_REMOVE_ORDERING
 fi
 
 # The library's internal invariant checks (`_checkInvariants()`, see
@@ -72,7 +116,7 @@ fi
 # also when it is built as this package's path dependency.
 export ASYNCBROADCAST_INTERNAL_CHECKS=1
 
-echo "== building fuzz-$target${fault:+ with fault $fault} (internal checks on)" >&2
+echo "== building fuzz-$target${fault:+ with fault $fault} (internal checks on, $( [[ $memory == weak ]] && echo "weak memory" || echo "sequentially consistent"))${ordering:+; run-time fault: removed ordering $ordering}" >&2
 swift build "${build_args[@]}" >&2
 binary="$scratch/release/fuzz-$target"
 

@@ -22,6 +22,16 @@
 // - live payloads equal what the model says is held (nothing leaked, freed
 //   buffers freed); at the end, after `finish()` and running every job,
 //   every task has completed and no payload is alive.
+//
+// Weak memory (the default build, `ASYNCBROADCAST_WEAK_MEMORY=1`; see
+// FuzzKit/WeakMemory.swift and README.md): the driver is logical thread 0,
+// each task its own logical thread, set before each of its jobs. A job's
+// stores are NOT drained when it ends: they stay in its task's store buffer
+// (as if the task were still running on another core) until the library
+// drains them (fence, RMW, lock, resume), the input says so, or the driver
+// synchronises with the task as a real program would (the one-consumer
+// hand-over of a subscription, releasing what the task referenced, the
+// epilogue). Every check looks through `FuzzWeakMemory.observing`.
 
 @_spi(Testing) import AsyncBroadcast
 import AsyncBroadcastTestSupport
@@ -94,6 +104,8 @@ final class TaskRecord {
     var handle: Task<Void, Never>?
     var pointer: UnsafeRawPointer?
     var cancelled = false
+    /// The task's logical thread in the weak-memory model.
+    var thread = 0
 
     init(name: String, kind: Kind) {
         self.name = name
@@ -123,9 +135,11 @@ let driverThread = pthread_self()
 public func fuzzSched(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
     let bytes = ByteReader(data, size)
     Trace.rerunTraced = {
+        FuzzWeakMemory.beginInput()
         let program = SchedProgram(input: bytes, trace: Trace(enabled: true))
         program.run()
     }
+    FuzzWeakMemory.beginInput()
     let program = SchedProgram(input: bytes, trace: Trace())
     program.run()
     Trace.rerunTraced = nil
@@ -214,6 +228,9 @@ final class SchedProgram {
         for task in tasks where !task.mailbox.done {
             trace.fail("\(task.name) never completed: it waits forever (\(state(of: task)))", details: model.dump())
         }
+        // Every task has completed and the driver has (in a real program)
+        // awaited them all: everything they stored is visible.
+        drainAll()
         trace.add("(epilogue) release every subscription, task and the sequence")
         for index in slots.indices where slots[index] != nil {
             model.release(slots[index]!.model)
@@ -233,7 +250,24 @@ final class SchedProgram {
     }
 
     func step() {
-        let opcode = input.below(21)
+        let raw = input.byte()
+        if raw >= 252 {
+            // Weak memory: make stores visible (rare byte values, so the
+            // older corpus keeps its meaning; `raw % 21` is `below(21)`).
+            if raw == 255 {
+                trace.add("(memory) drain every store buffer")
+                drainAll()
+            } else {
+                let which = input.below(tasks.count + 1)
+                let count = input.below(4)  // 0: all, else the oldest 1...3
+                let task = which == 0 ? nil : tasks[which - 1]
+                let thread = task?.thread ?? FuzzWeakMemory.driver
+                trace.add("(memory) drain \(count == 0 ? "all" : "the oldest \(count)") of \(task?.name ?? "the driver")'s stores (\(FuzzWeakMemory.pending(thread)) pending)")
+                drain(thread, count: count == 0 ? nil : count)
+            }
+            return
+        }
+        let opcode = raw % 21
         if sequence == nil && [0, 1, 2, 3, 4, 5, 6, 9, 10].contains(opcode) { return }  // released
         switch opcode {
         case 0, 1, 2:
@@ -273,11 +307,37 @@ final class SchedProgram {
         case 11:
             guard let index = occupiedSlot(from: input.byte()), let slot = slots[index] else { return }
             trace.add("\(slot.model.name).cancel()")
+            // Weak memory: a completed reader's last store, the consumer
+            // slot's release (`releaseConsumer`, a release store), may still
+            // be buffered. `cancel()` then finds the slot taken, as when it
+            // races a reader that is just returning from `next()`, and leaves
+            // the lock-free buffer to the consumer (the next `poll()` or the
+            // subscription's release frees it). Legal, and what the model does
+            // for a busy consumer; which one happened shows in the live
+            // payloads. Only when that reader's stores are still pending.
+            let s = slot.model
+            let mayLookBusy = s.isLockFree && !s.consumerBusy && !s.cancelled
+                && slot.reader.map { $0.mailbox.done && FuzzWeakMemory.pending($0.thread) > 0 } ?? false
             slot.subscription.cancel()
-            model.cancel(slot.model)
+            if mayLookBusy { s.consumerBusy = true }
+            model.cancel(s)
+            if mayLookBusy {
+                s.consumerBusy = false
+                if !s.awaitingFree.isEmpty && livePayloads - baseline == expectedHeld().count - s.awaitingFree.count {
+                    s.awaitingFree.removeAll()
+                    trace.annotate(" (freed its buffer)")
+                } else if !s.awaitingFree.isEmpty {
+                    trace.annotate(" (saw the completed reader's slot still taken: left \(s.awaitingFree) to the consumer)")
+                }
+            }
         case 12:
             guard let index = occupiedSlot(from: input.byte()), let slot = slots[index] else { return }
             trace.add("release \(slot.model.name)" + (slot.reader != nil && !slot.reader!.modelDone ? " (its reader still holds it)" : ""))
+            // A reference count drop: the driver's release (an RMW) and a
+            // completed reader's earlier release order their stores before
+            // the deinit, wherever it runs.
+            drain(FuzzWeakMemory.driver)
+            if let reader = slot.reader, reader.mailbox.done { drain(reader.thread) }
             slots[index] = nil
             model.release(slot.model)
         case 13:
@@ -287,11 +347,17 @@ final class SchedProgram {
         case 14:
             guard let index = occupiedSlot(from: input.byte()), let slot = slots[index] else { return }
             guard slot.reader == nil || slot.reader!.modelDone else { return }  // one consumer per subscription
+            // The one-consumer hand-over: the driver takes the consumer role
+            // only after the last reader is done (a real program awaits it).
+            if let reader = slot.reader { drain(reader.thread) }
             poll(slot)
         case 20:
             // Rare on purpose: ends the interesting part of the program.
             guard input.byte() < 40, sequence != nil else { return }
             trace.add("release the sequence (it finishes once no emitter holds it)")
+            // Reference counts: the last release sees every earlier one's stores.
+            drain(FuzzWeakMemory.driver)
+            for task in tasks where task.mailbox.done { drain(task.thread) }
             sequence = nil
             finishIfSequenceReleased()
         case 19:
@@ -337,6 +403,9 @@ final class SchedProgram {
         case .end: actual = .end
         case .failure(let error): actual = .failure(error.code)
         }
+        if case .element = actual, staleHeadIsAmbiguous(slot.model) {
+            drain(FuzzWeakMemory.driver)  // see `staleHeadIsAmbiguous`
+        }
         let before = trace.enabled ? model.dump() : ""
         let expected = model.poll(slot.model)
         trace.annotate(" -> \(actual)")
@@ -346,6 +415,10 @@ final class SchedProgram {
     }
 
     func register(_ task: TaskRecord, _ handle: Task<Void, Never>) {
+        // Creating a task enqueues it (a locked RMW in the runtime): what the
+        // driver stored before is visible to the task.
+        drain(FuzzWeakMemory.driver)
+        task.thread = FuzzWeakMemory.thread(ofTask: tasks.count)
         task.handle = handle
         let p = ManualExecutor.address(of: handle)
         task.pointer = p
@@ -356,6 +429,8 @@ final class SchedProgram {
     func spawnReader(slot index: Int, maxReads: Int) {
         guard tasks.count < maxTasks, var slot = slots[index] else { return }
         guard slot.reader == nil || slot.reader!.modelDone else { return }  // one consumer per subscription
+        // The one-consumer hand-over from the previous reader (awaited).
+        if let previous = slot.reader { drain(previous.thread) }
         let reader = ReaderModel(sub: slot.model, maxReads: maxReads)
         let task = TaskRecord(name: "r\(tasks.count + 1)", kind: .reader(reader))
         trace.add("\(task.name) = Task { read \(maxReads == 1 ? "once" : "up to \(maxReads)×") from \(slot.model.name) }")
@@ -433,7 +508,8 @@ final class SchedProgram {
         guard let jobIndex = executor.queuedAddresses.firstIndex(of: task.pointer!) else {
             trace.fail("the subscribing task was not queued")
         }
-        executor.run(at: jobIndex)
+        FuzzWeakMemory.runAs(task.thread) { executor.run(at: jobIndex) }
+        drain(task.thread)  // the driver awaits the subscription it made
         guard mailbox.done, let subscription = mailbox.subscription else {
             trace.fail("the subscribing task did not complete in one job")
         }
@@ -473,7 +549,7 @@ final class SchedProgram {
     func drainRuntimeJobs() {
         var budget = 10_000
         while let index = executor.queuedAddresses.firstIndex(where: { taskByPointer[$0] == nil }) {
-            executor.run(at: index)
+            FuzzWeakMemory.runAs(FuzzWeakMemory.runtimeThread) { executor.run(at: index) }
             budget -= 1
             if budget == 0 { trace.fail("runtime jobs keep coming") }
         }
@@ -487,8 +563,13 @@ final class SchedProgram {
         trace.add("run \(task.name) (\(state(of: task)))")
         let mailbox = task.mailbox
         mailbox.reads.removeAll()
-        executor.run(at: index)
+        FuzzWeakMemory.runAs(task.thread) { executor.run(at: index) }
         drainRuntimeJobs()
+        // A completed reader's last pops may be unpublished (nothing after
+        // them drained its buffer; a suspended reader parked with an RMW).
+        if case .reader(let r) = task.kind, mailbox.done, staleHeadIsAmbiguous(r.sub) {
+            drain(task.thread)  // see `staleHeadIsAmbiguous`
+        }
         let before = trace.enabled ? model.dump() : ""
         switch task.kind {
         case .reader(let r):
@@ -608,6 +689,37 @@ final class SchedProgram {
         }
     }
 
+    // MARK: Weak memory
+
+    func drain(_ thread: Int, count: Int? = nil) {
+        FuzzWeakMemory.drain(thread, count: count)
+    }
+
+    func drainAll() {
+        FuzzWeakMemory.drainAll()
+    }
+
+    /// A `.bufferingOldest(n > 0)` buffer (lock-free) whose consumer's
+    /// head stores are still buffered looks fuller to every other sender:
+    /// a send racing those pops may legally drop an element the model would
+    /// deliver. How many of the pops a sender missed is not observable from
+    /// here (it would take the producer's view of the ring's count, read
+    /// from memory: no SPI exposes it), and one step can offer several
+    /// elements (a batch of served emitters: deliveries first, then drops),
+    /// so the model cannot follow it exactly. The harness therefore drains
+    /// the consumer's buffer at the two places where pops can stay
+    /// unpublished (a reader task that completes after its pops; the
+    /// driver's `poll()`), for this policy only. A drain is always a legal
+    /// TSO behaviour, so this hides no bug; it gives up the weak head for
+    /// `.bufferingOldest`. The other lock-free policies keep it: `.bounded`
+    /// publishes its head sequentially consistent (and the stale head is a
+    /// finding with `boundedHeadRelease`), `.unbounded` never reads it for
+    /// capacity; Bug 2 (a stale head at `finish`) is a caught-up pop.
+    func staleHeadIsAmbiguous(_ s: ModelSubscriber) -> Bool {
+        guard FuzzWeakMemory.isOn, case .bufferingOldest(let n) = s.policy else { return false }
+        return n > 0
+    }
+
     // MARK: Checks
 
     func state(of task: TaskRecord) -> String {
@@ -627,6 +739,24 @@ final class SchedProgram {
     }
 
     func check() {
+        // `isFinished` and `waitingEmitterCount` take the sequence lock: see
+        // `observingLocked` (outside `observing`, whose flag is global).
+        let locked = sequence.map { sequence in
+            FuzzWeakMemory.observingLocked { (sequence.isFinished, sequence.waitingEmitterCount) }
+        }
+        FuzzWeakMemory.observing { checkObserving(locked) }
+    }
+
+    func expectedHeld() -> Set<Int> {
+        var held = model.heldPayloads(storageAlive: sequence != nil || sequenceHeldByEmitters
+            || model.subscribers.contains { $0.holders > 0 })
+        for task in tasks {
+            if case .emitter(let e) = task.kind, e.state != .done { held.insert(e.emit.payload) }
+        }
+        return held
+    }
+
+    func checkObserving(_ locked: (isFinished: Bool, waitingEmitters: Int)?) {
         // Who must be queued, who must be suspended, who must be done.
         let queued = Set(executor.queuedAddresses)
         for task in tasks {
@@ -668,8 +798,9 @@ final class SchedProgram {
         }
         if let sequence {
             expectEqual(sequence.subscriberCount, model.subscriberCount, "subscriberCount", trace, details: model.dump())
-            expectEqual(sequence.isFinished, model.terminal != nil, "isFinished", trace, details: model.dump())
-            expectEqual(sequence.waitingEmitterCount, model.emitQueue.count, "waitingEmitterCount", trace,
+            let (isFinished, waitingEmitters) = locked!
+            expectEqual(isFinished, model.terminal != nil, "isFinished", trace, details: model.dump())
+            expectEqual(waitingEmitters, model.emitQueue.count, "waitingEmitterCount", trace,
                         details: model.dump())
         }
         for slot in slots {
@@ -679,11 +810,7 @@ final class SchedProgram {
             expectEqual(slot.subscription.isConsumerWaiting, slot.model.parked, "\(slot.model.name).isConsumerWaiting", trace,
                         details: model.dump())
         }
-        var held = model.heldPayloads(storageAlive: sequence != nil || sequenceHeldByEmitters
-            || model.subscribers.contains { $0.holders > 0 })
-        for task in tasks {
-            if case .emitter(let e) = task.kind, e.state != .done { held.insert(e.emit.payload) }
-        }
+        let held = expectedHeld()
         if livePayloads - baseline != held.count {
             trace.fail("live payloads: expected \(held.count) (\(held.sorted())), got \(livePayloads - baseline)",
                        details: model.dump())
