@@ -5,6 +5,12 @@
 # non-zero if any fault goes unnoticed. The faults are defined in
 # Sources/AsyncBroadcast/Support/FaultInjection.swift.
 #
+# Two kinds: compile-time faults (-DASYNCBROADCAST_FAULT_<NAME>, one build
+# each, built sequentially consistent as before: `run.sh --sc --fault`), and
+# removed orderings of the cross-thread handshakes, switched at run time in
+# the one weak-memory build (`run.sh --remove-ordering`, no extra build; see
+# WeakMemoryModel.Ordering and Fuzz/README.md, "Weak memory").
+#
 #   Fuzz/fault-check.sh [SECONDS [TARGET...]]   (budget per fault, default 60;
 #                                               only the faults of these targets)
 set -uo pipefail
@@ -27,6 +33,13 @@ checks=(
     "COUNTS_SKIP_REMOVAL share subscriberCounts misses the changes made by subscribers leaving"
 )
 
+# ordering          target  what it breaks (only those the target finds 3 runs out of 3)
+orderings=(
+    "popSkipsFence     sched a consumer that takes its last element while finish() runs stays counted (Bug 2)"
+    "finishSkipsFence  sched finish() misses a reader about to park or a consumer taking its last element"
+    "wakeSkipsFence    sched a send looks for parked readers before its element is visible"
+)
+
 failed=0
 mkdir -p artifacts
 for check in "${checks[@]}"; do
@@ -34,7 +47,7 @@ for check in "${checks[@]}"; do
     if [[ ${#only[@]} -gt 0 && ! " ${only[*]} " =~ " $target " ]]; then continue; fi
     log="artifacts/fault-$fault-$target.log"
     start=$(date +%s)
-    ./run.sh --fault "$fault" "$target" "$seconds" >"$log" 2>&1
+    ./run.sh --sc --fault "$fault" "$target" "$seconds" >"$log" 2>&1
     status=$?
     elapsed=$(( $(date +%s) - start ))
     finding=$(grep -m1 -E "MISMATCH at step|ERROR: LeakSanitizer|ERROR: AddressSanitizer|ERROR: libFuzzer" "$log" || true)
@@ -42,6 +55,22 @@ for check in "${checks[@]}"; do
         echo "PASS  $fault ($target): found in ${elapsed}s (incl. build): $finding"
     else
         echo "FAIL  $fault ($target): no finding in ${seconds}s (exit $status); log: Fuzz/$log"
+        failed=1
+    fi
+done
+for check in "${orderings[@]}"; do
+    read -r ordering target what <<<"$check"
+    if [[ ${#only[@]} -gt 0 && ! " ${only[*]} " =~ " $target " ]]; then continue; fi
+    log="artifacts/ordering-$ordering-$target.log"
+    start=$(date +%s)
+    ./run.sh --remove-ordering "$ordering" "$target" "$seconds" >"$log" 2>&1
+    status=$?
+    elapsed=$(( $(date +%s) - start ))
+    finding=$(grep -m1 -E "MISMATCH at step|ERROR: LeakSanitizer|ERROR: AddressSanitizer|ERROR: libFuzzer" "$log" || true)
+    if [[ $status -ne 0 && -n "$finding" ]]; then
+        echo "PASS  ordering $ordering ($target): found in ${elapsed}s (incl. build): $finding"
+    else
+        echo "FAIL  ordering $ordering ($target): no finding in ${seconds}s (exit $status); log: Fuzz/$log"
         failed=1
     fi
 done

@@ -81,9 +81,11 @@ typealias UpstreamInit<Failure: Error> = (BroadcastBufferingPolicy, Int, Broadca
 func runProgram<Failure: Error>(_ bytes: ByteReader, errors: ErrorCoding<Failure>,
                                 upstreamInit: @escaping UpstreamInit<Failure>) {
     Trace.rerunTraced = {
+        FuzzWeakMemory.beginInput()
         let program = ShareProgram(input: bytes, trace: Trace(enabled: true), errors: errors, upstreamInit: upstreamInit)
         program.run()
     }
+    FuzzWeakMemory.beginInput()
     let program = ShareProgram(input: bytes, trace: Trace(), errors: errors, upstreamInit: upstreamInit)
     program.run()
 }
@@ -254,7 +256,16 @@ final class ShareProgram<Failure: Error> {
     }
 
     func step() {
-        let opcode = input.below(20)
+        let raw = input.byte()
+        if raw >= 254 {
+            // Weak memory: the driver's buffered stores become visible to the
+            // library's own tasks (rare byte values, so the older corpus
+            // keeps its meaning; `raw % 20` is `below(20)`).
+            trace.add("(memory) drain the driver's stores (\(FuzzWeakMemory.pending(FuzzWeakMemory.driver)) pending)")
+            FuzzWeakMemory.drain(FuzzWeakMemory.driver)
+            return
+        }
+        let opcode = raw % 20
         if sequence == nil && [0, 1, 2, 3, 12, 13, 14, 15, 16].contains(opcode) { return }  // released
         switch opcode {
         case 0, 1, 2:
@@ -370,6 +381,13 @@ final class ShareProgram<Failure: Error> {
         case .empty: actual = .empty
         case .end: actual = .end
         case .failure(let error): actual = .failure(errors.code(error))
+        }
+        if case .element = actual, case .bufferingOldest(let n) = slot.model.policy, n > 0 {
+            // Weak memory: the pop's head store, still buffered, would make
+            // the buffer look full to an upstream task's send racing it: a
+            // legal drop the model cannot follow (see `staleHeadIsAmbiguous`
+            // in fuzz-sched). A drain is always legal.
+            FuzzWeakMemory.drain(FuzzWeakMemory.driver)
         }
         let dump = trace.enabled ? model.dump() : ""
         let expected = model.elements.poll(slot.model)
@@ -496,7 +514,11 @@ final class ShareProgram<Failure: Error> {
             mailbox.done = true
         }
         if cancelled { handle.cancel() }
-        executor.runUntilIdle()
+        // A task of its own (logical thread 1), awaited by the driver: its
+        // stores are visible once the driver has the subscription.
+        FuzzWeakMemory.drain(FuzzWeakMemory.driver)  // creating the task
+        FuzzWeakMemory.runAs(FuzzWeakMemory.thread(ofTask: 0)) { executor.runUntilIdle() }
+        FuzzWeakMemory.drain(FuzzWeakMemory.thread(ofTask: 0))
         guard mailbox.done, let subscription = mailbox.subscription else {
             trace.fail("the subscribing task did not complete in one job")
         }
@@ -519,8 +541,10 @@ final class ShareProgram<Failure: Error> {
     func observe() -> Observed {
         var o = Observed()
         if let sequence {
-            o.counters = sequence.sharingCounters
-            o.waitingEmitters = sequence.waitingEmitterCount
+            // Both take the sequence lock: see `observingLocked`.
+            (o.counters, o.waitingEmitters) = FuzzWeakMemory.observingLocked {
+                (sequence.sharingCounters, sequence.waitingEmitterCount)
+            }
         }
         o.listenerCalls = recorder.log.withLock { $0.count }
         o.gates = recorder.gates.withLock { $0.map(\.observed) }
@@ -551,6 +575,11 @@ final class ShareProgram<Failure: Error> {
         let expected = expectedObservation()
         var observed = observe()
         if observed == expected { return }
+        // The library's own tasks run on real threads, unmodelled: they read
+        // memory, so the driver's buffered stores are invisible to them. A
+        // real store buffer drains within nanoseconds; waiting stands for
+        // that, so the driver's buffer drains before the wait.
+        FuzzWeakMemory.drainAll()
         let start = ContinuousClock.now
         var spins = 0
         while observed != expected {
@@ -596,9 +625,15 @@ final class ShareProgram<Failure: Error> {
         if log != model.listenerLog {
             trace.fail("listener log: expected \(model.listenerLog), got \(log)", details: model.dump())
         }
+        // Not through `FuzzWeakMemory.observing`: its flag is global, so
+        // the library's real threads would run as observers meanwhile. The
+        // driver's own view is exact here: the only other modelled thread
+        // (a subscribing task) is drained at once, and the real threads
+        // write memory directly.
         if let sequence {
             expectEqual(sequence.subscriberCount, model.elements.subscriberCount, "subscriberCount", trace, details: model.dump())
-            expectEqual(sequence.isFinished, model.terminal != nil, "isFinished", trace, details: model.dump())
+            let isFinished = FuzzWeakMemory.observingLocked { sequence.isFinished }
+            expectEqual(isFinished, model.terminal != nil, "isFinished", trace, details: model.dump())
         }
         for slot in slots {
             guard let slot else { continue }
@@ -629,6 +664,7 @@ final class ShareProgram<Failure: Error> {
         // The model's own consistency: every start has its stop.
         precondition(model.starts == model.stops && model.current == nil && !model.isStopPending
             && model.liveUpstreamTasks == 0, "the model leaves a run going: \(model.dump())")
+        FuzzWeakMemory.drainAll()  // releasing: reference counts order everything before
         trace.add("(epilogue) release every subscription, sink and the sequence (keep subscriberCounts)")
         for index in slots.indices where slots[index] != nil {
             let before = model.elements.subscriberCount

@@ -156,7 +156,11 @@ public func fuzzValue(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
         default: ValueProgram<Numbers>(input: input, trace: Trace(enabled: traced || Trace.alwaysTrace)).run()
         }
     }
-    Trace.rerunTraced = { run(traced: true) }
+    Trace.rerunTraced = {
+        FuzzWeakMemory.beginInput()
+        run(traced: true)
+    }
+    FuzzWeakMemory.beginInput()
     run(traced: false)
     Trace.rerunTraced = nil
     return 0
@@ -183,6 +187,8 @@ final class ReaderTask<V: FuzzValue> {
     weak var subscription: BroadcastValue<V, FuzzError>.Subscription?
     var handle: Task<Void, Never>?
     var pointer: UnsafeRawPointer?
+    /// The task's logical thread in the weak-memory model.
+    var thread = 0
     var pc = PC.notStarted
     /// `next()` calls that returned.
     var reads = 0
@@ -314,6 +320,7 @@ final class ValueProgram<V: FuzzValue> {
             trace.fail("\(task.name) never completed: it waits forever (\(task.state())), a lost wake-up",
                        details: model.dump())
         }
+        FuzzWeakMemory.drainAll()  // every reader completed and was awaited
         trace.add("(epilogue) release the BroadcastValue, every subscription and task")
         value = nil
         armed.removeAll()
@@ -337,7 +344,24 @@ final class ValueProgram<V: FuzzValue> {
     }
 
     func step() {
-        let opcode = input.below(22)
+        let raw = input.byte()
+        if raw >= 252 {
+            // Weak memory: make stores visible (rare byte values, so the
+            // older corpus keeps its meaning; `raw % 22` is `below(22)`).
+            if raw == 255 {
+                trace.add("(memory) drain every store buffer")
+                FuzzWeakMemory.drainAll()
+            } else {
+                let which = input.below(tasks.count + 1)
+                let count = input.below(4)  // 0: all, else the oldest 1...3
+                let task = which == 0 ? nil : tasks[which - 1]
+                let thread = task?.thread ?? FuzzWeakMemory.driver
+                trace.add("(memory) drain \(count == 0 ? "all" : "the oldest \(count)") of \(task?.name ?? "the driver")'s stores (\(FuzzWeakMemory.pending(thread)) pending)")
+                FuzzWeakMemory.drain(thread, count: count == 0 ? nil : count)
+            }
+            return
+        }
+        let opcode = raw % 22
         if value == nil && (opcode <= 9 || opcode == 20) { return }  // released
         switch opcode {
         case 0, 1:
@@ -374,6 +398,11 @@ final class ValueProgram<V: FuzzValue> {
             guard let index = occupiedSlot(from: input.byte()), let slot = slots[index] else { return }
             let held = slot.reader.map { $0.pc != .done } ?? false
             trace.add("release \(slot.model.name)" + (held ? " (its reader still holds it)" : ""))
+            // A reference count drop: the driver's release (an RMW) and a
+            // completed reader's earlier one order their stores before the
+            // deinit, wherever it runs.
+            FuzzWeakMemory.drain(FuzzWeakMemory.driver)
+            if let reader = slot.reader, reader.mailbox.done { FuzzWeakMemory.drain(reader.thread) }
             slots[index] = nil
             model.release(slot.model)
         case 12, 13:
@@ -417,6 +446,9 @@ final class ValueProgram<V: FuzzValue> {
             // Rare on purpose: ends the interesting part of the program.
             guard input.byte() < 40, value != nil else { return }
             trace.add("release the BroadcastValue (finishes it)")
+            // Reference counts: the last release sees every earlier one's stores.
+            FuzzWeakMemory.drain(FuzzWeakMemory.driver)
+            for task in tasks where task.mailbox.done { FuzzWeakMemory.drain(task.thread) }
             value = nil
             model.finish(.finished)
         }
@@ -558,7 +590,8 @@ final class ValueProgram<V: FuzzValue> {
         guard let jobIndex = executor.queuedAddresses.firstIndex(of: pointer) else {
             trace.fail("the subscribing task was not queued")
         }
-        executor.run(at: jobIndex)
+        FuzzWeakMemory.runAs(FuzzWeakMemory.thread(ofTask: tasks.count)) { executor.run(at: jobIndex) }
+        FuzzWeakMemory.drain(FuzzWeakMemory.thread(ofTask: tasks.count))  // the driver awaits the subscription
         guard box.done, let subscription = made else { trace.fail("the subscribing task did not complete in one job") }
         made = nil
         let m = model.subscribe(name: name, fromCancelledTask: true)
@@ -567,6 +600,10 @@ final class ValueProgram<V: FuzzValue> {
     }
 
     func register(_ task: ReaderTask<V>, _ handle: Task<Void, Never>) {
+        // Creating a task enqueues it (a locked RMW in the runtime): what the
+        // driver stored before is visible to the task.
+        FuzzWeakMemory.drain(FuzzWeakMemory.driver)
+        task.thread = FuzzWeakMemory.thread(ofTask: tasks.count)
         task.handle = handle
         let p = ManualExecutor.address(of: handle)
         task.pointer = p
@@ -601,6 +638,8 @@ final class ValueProgram<V: FuzzValue> {
     func spawnReader(slot index: Int, maxReads: Int, isolated: Bool) -> ReaderTask<V>? {
         guard tasks.count < maxTasks, var slot = slots[index] else { return nil }
         guard slot.reader == nil || slot.reader!.pc == .done else { return nil }  // one consumer per subscription
+        // The one-consumer hand-over from the previous reader (awaited).
+        if let previous = slot.reader { FuzzWeakMemory.drain(previous.thread) }
         let task = ReaderTask<V>(name: "r\(tasks.count + 1)", sub: slot.model, maxReads: maxReads)
         trace.add("\(task.name) = Task { \(maxReads == 1 ? "next()" : "next() ×\(maxReads)")\(isolated ? " (isolation: nil)" : "") on \(slot.model.name) }")
         task.subscription = slot.subscription
@@ -635,12 +674,17 @@ final class ValueProgram<V: FuzzValue> {
             budget -= 1
         }
         if budget == 0 { trace.fail("\(task.name) keeps yielding", details: model.dump()) }
+        // The sequential use: the driver awaited this `next()` when it returned.
+        if task.mailbox.done { FuzzWeakMemory.drain(task.thread) }
     }
 
     /// The `poll()` SPI: one step that never parks (only with no reader
     /// inside `next()`: one consumer per subscription).
     func poll(slot index: Int) {
         guard let slot = slots[index], slot.reader == nil || slot.reader!.pc == .done else { return }
+        // The one-consumer hand-over: the driver polls only after the last
+        // reader is done (a real program awaits it).
+        if let reader = slot.reader { FuzzWeakMemory.drain(reader.thread) }
         trace.add("\(slot.model.name).poll()")
         let actual: ValueRead?
         switch slot.subscription.poll() {
@@ -675,7 +719,7 @@ final class ValueProgram<V: FuzzValue> {
     func drainRuntimeJobs() {
         var budget = 10_000
         while let index = executor.queuedAddresses.firstIndex(where: { taskByPointer[$0] == nil }) {
-            executor.run(at: index)
+            FuzzWeakMemory.runAs(FuzzWeakMemory.runtimeThread) { executor.run(at: index) }
             budget -= 1
             if budget == 0 { trace.fail("runtime jobs keep coming") }
         }
@@ -692,7 +736,7 @@ final class ValueProgram<V: FuzzValue> {
         if task.pc == .done { trace.fail("\(task.name) ran after it completed", details: model.dump()) }
         if task.sub.parked { trace.fail("\(task.name) ran while the model says it is parked", details: model.dump()) }
         let before = trace.enabled ? model.dump() : ""
-        executor.run(at: index)
+        FuzzWeakMemory.runAs(task.thread) { executor.run(at: index) }  // its stores stay buffered
         drainRuntimeJobs()
         simulate(task, details: before)
         check()
@@ -788,19 +832,24 @@ final class ValueProgram<V: FuzzValue> {
             if task.mailbox.done { trace.fail("\(task.name) completed unexpectedly (\(task.state()))", details: model.dump()) }
         }
         if let value {
-            let current = value.value.key
+            // All of these take the value's lock: see `observingLocked`.
+            let (current, subscriberCount, isFinished, changeCount, wakeCount, parked) = FuzzWeakMemory.observingLocked {
+                (value.value.key, value.subscriberCount, value.isFinished, value.changeCount, value.wakeCount,
+                 value.parkedSubscriberCount)
+            }
             if current != model.current {
                 trace.fail("value is \(describeKey(current)), expected \(describeKey(model.current))", details: model.dump())
             }
-            expectEqual(value.subscriberCount, model.subscriberCount, "subscriberCount", trace, details: model.dump())
-            expectEqual(value.isFinished, model.terminal != nil, "isFinished", trace, details: model.dump())
-            expectEqual(value.changeCount, model.changeCount, "changeCount", trace, details: model.dump())
-            expectEqual(value.wakeCount, model.wakeCount, "wakeCount", trace, details: model.dump())
-            expectEqual(value.parkedSubscriberCount, model.parkedCount, "parkedSubscriberCount", trace, details: model.dump())
+            expectEqual(subscriberCount, model.subscriberCount, "subscriberCount", trace, details: model.dump())
+            expectEqual(isFinished, model.terminal != nil, "isFinished", trace, details: model.dump())
+            expectEqual(changeCount, model.changeCount, "changeCount", trace, details: model.dump())
+            expectEqual(wakeCount, model.wakeCount, "wakeCount", trace, details: model.dump())
+            expectEqual(parked, model.parkedCount, "parkedSubscriberCount", trace, details: model.dump())
         }
         for slot in slots {
             guard let slot else { continue }
-            expectEqual(slot.subscription.isConsumerWaiting, slot.model.parked, "\(slot.model.name).isConsumerWaiting", trace,
+            let waiting = FuzzWeakMemory.observing { slot.subscription.isConsumerWaiting }
+            expectEqual(waiting, slot.model.parked, "\(slot.model.name).isConsumerWaiting", trace,
                         details: model.dump())
         }
         checkTokens()
