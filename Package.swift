@@ -55,6 +55,25 @@ let package = Package(
             dependencies: ["AsyncBroadcast", "AsyncBroadcastTestSupport"],
             swiftSettings: [.swiftLanguageMode(.v6)]
         ),
+        // The handshake table's litmus checks (Sources/AsyncBroadcast/
+        // Subscriber/Handshakes.md), meaningful only in a weak-memory build
+        // (`bash scripts/litmus.sh`): the rows, a runner that prints them,
+        // and the same rows as tests (skipped in a normal build).
+        .target(
+            name: "LitmusRows",
+            dependencies: ["AsyncBroadcast", "AsyncBroadcastTestSupport"],
+            swiftSettings: [.swiftLanguageMode(.v5)]
+        ),
+        .executableTarget(
+            name: "broadcast-litmus",
+            dependencies: ["LitmusRows", "AsyncBroadcast"],
+            swiftSettings: [.swiftLanguageMode(.v5)]
+        ),
+        .testTarget(
+            name: "LitmusTests",
+            dependencies: ["LitmusRows", "AsyncBroadcast"],
+            swiftSettings: [.swiftLanguageMode(.v5)]
+        ),
         .testTarget(
             name: "AsyncBroadcastTests",
             dependencies: ["AsyncBroadcast", "AsyncBroadcastTestSupport"],

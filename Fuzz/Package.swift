@@ -59,15 +59,5 @@ let package = Package(
             ],
             swiftSettings: fuzzerSettings
         ),
-        // The handshake table's litmus checks under the weak-memory model
-        // (`bash Fuzz/litmus.sh`: built with ASYNCBROADCAST_WEAK_MEMORY=1).
-        .executableTarget(
-            name: "litmus",
-            dependencies: [
-                .product(name: "AsyncBroadcast", package: libraryPackage),
-                .product(name: "AsyncBroadcastTestSupport", package: libraryPackage),
-            ],
-            swiftSettings: [.swiftLanguageMode(.v5)]
-        ),
     ]
 )

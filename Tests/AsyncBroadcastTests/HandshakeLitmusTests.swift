@@ -9,11 +9,11 @@ import Testing
 ///
 /// Store buffering shows rarely on real hardware (row 2's bug: about once in
 /// 200,000 rounds), so these are the probabilistic half of the proof; the
-/// litmus runner (`Fuzz/litmus.sh`) checks every row exhaustively under the
+/// litmus runner (`scripts/litmus.sh`) checks every row exhaustively under the
 /// weak-memory model and shows each ordering is needed. Built with
 /// `-DASYNCBROADCAST_FAULT_POP_SKIPS_FENCE`, row 2's test fails here in most
 /// runs (see the note in `lastPopRacesFinish`).
-@Suite struct HandshakeLitmusTests {
+@Suite(.serialized) struct HandshakeLitmusTests {
     /// Rounds for the cheap rows; fewer under TSan, which is ~10x slower.
     static let manyRounds = ThreadSanitizer.isActive ? 30_000 : 300_000
     /// Rounds for rows whose reader is a task (a task per round).

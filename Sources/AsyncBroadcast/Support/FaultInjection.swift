@@ -136,7 +136,7 @@ enum Fault {
     // MARK: Removed orderings (one per row of Handshakes.md)
     //
     // Each takes away one fence or sequentially consistent access of a
-    // cross-thread handshake; the litmus runner (Fuzz/Sources/litmus) and
+    // cross-thread handshake; the litmus runner (Sources/broadcast-litmus) and
     // the weak-memory fuzz targets must then find the lost wake-up or the
     // stuck subscriber it causes. A weak-memory build can also switch each
     // one at run time (`WeakMemoryModel.removedOrderings`), so one build

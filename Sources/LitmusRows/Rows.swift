@@ -20,15 +20,13 @@
 // - a row ordered by a lock passes with every ordering taken away: the lock
 //   alone orders it.
 // Prints a line per check and `N passed, N failed` last; exits non-zero on a
-// failure. Build and run: `bash Fuzz/litmus.sh`.
+// failure. Build and run: `bash scripts/litmus.sh`; the same rows are Swift
+// Testing tests in Tests/LitmusTests.
 
 @_spi(Testing) import AsyncBroadcast
 import AsyncBroadcastTestSupport
-#if canImport(Glibc)
-import Glibc
-#endif
 
-typealias Ordering = WeakMemoryModel.Ordering
+@_spi(Testing) public typealias Ordering = WeakMemoryModel.Ordering
 
 /// What a task side reports (written by its job, read by the checker on the
 /// same OS thread).
@@ -48,15 +46,15 @@ struct Scenario {
     var cleanup: () -> Void
 }
 
-struct Row {
-    let number: Int
-    let name: String
+@_spi(Testing) public struct Row {
+    @_spi(Testing) public let number: Int
+    @_spi(Testing) public let name: String
     /// The orderings the row relies on whose removal the model can show.
-    let shown: [Ordering]
+    @_spi(Testing) public let shown: [Ordering]
     /// Orderings the row relies on that this model cannot show (why).
-    let notShown: [(Ordering, String)]
+    @_spi(Testing) public let notShown: [(Ordering, String)]
     /// Ordered by a lock: must pass with every ordering removed.
-    let lockOrdered: Bool
+    @_spi(Testing) public let lockOrdered: Bool
     /// Side A / side B runs a task's job (a job is never run inside another
     /// job's preemption, so such a side is never the inner one when the
     /// other is a job too).
@@ -68,12 +66,12 @@ struct Row {
 /// One schedule: `outer` runs; before its operation number `preemptAt`
 /// (counting the model's preemption points; past its last one: after it)
 /// the other side runs whole. Around that, one side's buffer may drain.
-struct Schedule: CustomStringConvertible {
+@_spi(Testing) public struct Schedule: CustomStringConvertible {
     var outerIsA: Bool
     var preemptAt: Int
     var drainOuterFirst: Bool
     var drainInnerAfter: Bool
-    var description: String {
+    @_spi(Testing) public var description: String {
         let (outer, inner) = outerIsA ? ("A", "B") : ("B", "A")
         return "\(inner) runs before \(outer)'s operation #\(preemptAt)"
             + (drainOuterFirst ? ", \(outer)'s stores drained first" : "")
@@ -100,7 +98,7 @@ func runInner() {
     WeakMemoryModel.currentThread = outerThread
 }
 
-let preemptionHook: @convention(c) () -> Void = {
+@_spi(Testing) public let preemptionHook: @convention(c) () -> Void = {
     guard pendingInner != nil else { return }
     let outerThread = schedule.outerIsA ? threadA : threadB
     guard WeakMemoryModel.currentThread == outerThread else { return }
@@ -141,7 +139,7 @@ func runScenario(_ make: (ManualExecutor) -> Scenario, _ executor: ManualExecuto
 
 /// The first failing schedule of `row` with `removed` taken away, if any,
 /// and how many schedules were tried.
-func firstFailure(_ row: Row, removed: Set<Ordering>) -> (found: (schedule: Schedule, failure: String)?, tried: Int) {
+@_spi(Testing) public func firstFailure(_ row: Row, removed: Set<Ordering>) -> (found: (schedule: Schedule, failure: String)?, tried: Int) {
     WeakMemoryModel.removedOrderings = removed
     defer { WeakMemoryModel.removedOrderings = [] }
     var tried = 0
@@ -207,6 +205,10 @@ func policyName(_ policy: BroadcastBufferingPolicy) -> String {
 
 let lockFree: [BroadcastBufferingPolicy] = [.unbounded, .bounded(4), .bufferingOldest(4)]
 let locked: [BroadcastBufferingPolicy] = [.bufferingNewest(4), .bufferingOldest(0)]
+/// Every row of the table, numbered as in Handshakes.md.
+@_spi(Testing) public let rows: [Row] = makeRows()
+
+func makeRows() -> [Row] {
 var rows: [Row] = []
 
 // Row 1: park / wake. A reader parks (counts itself, CAS to parked, fence,
@@ -394,49 +396,5 @@ rows.append(Row(
             },
             cleanup: { executor.runUntilIdle(); task = nil })
     }))
-
-// MARK: Main
-
-guard WeakMemoryModel.isCompiledIn else {
-    print("litmus: the library was built without ASYNCBROADCAST_WEAK_MEMORY=1: nothing to check")
-    print("0 passed, 1 failed")
-    exit(1)
+return rows
 }
-WeakMemoryModel.setEnabled(true)
-WeakMemoryModel.setPreemptionHook(preemptionHook)
-var passed = 0, failed = 0
-func report(_ ok: Bool, _ line: String) {
-    if ok { passed += 1 } else { failed += 1 }
-    print((ok ? "PASS  " : "FAIL  ") + line)
-}
-let only = CommandLine.arguments.dropFirst().compactMap { Int($0) }
-for row in rows where only.isEmpty || only.contains(row.number) {
-    let label = "row \(row.number) (\(row.name))"
-    let baseline = firstFailure(row, removed: [])
-    if let found = baseline.found {
-        report(false, "\(label): fails with every ordering in place: \(found.failure) [\(found.schedule)]")
-    } else {
-        report(true, "\(label): all \(baseline.tried) schedules pass")
-    }
-    for ordering in row.shown {
-        if let found = firstFailure(row, removed: [ordering]).found {
-            report(true, "\(label) without \(ordering.faultName): caught: \(found.failure) [\(found.schedule)]")
-        } else {
-            report(false, "\(label) without \(ordering.faultName): no schedule fails: the check cannot see this ordering")
-        }
-    }
-    if row.lockOrdered {
-        if let found = firstFailure(row, removed: Set(Ordering.allCases)).found {
-            report(false, "\(label) with every ordering removed: \(found.failure): it is not ordered by the lock alone [\(found.schedule)]")
-        } else {
-            report(true, "\(label) with every ordering removed: still passes (the lock orders it)")
-        }
-    }
-    for (ordering, why) in row.notShown {
-        print("NOTE  \(label) without \(ordering.faultName): not shown here: \(why)")
-    }
-}
-let statistics = WeakMemoryModel.statistics
-print("weak memory: \(statistics.buffered) stores buffered, \(statistics.staleLoads) loads read a value another thread had already replaced")
-print("\(passed) passed, \(failed) failed")
-exit(failed == 0 ? 0 : 1)
