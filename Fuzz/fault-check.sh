@@ -38,6 +38,8 @@ orderings=(
     "popSkipsFence     sched a consumer that takes its last element while finish() runs stays counted (Bug 2)"
     "finishSkipsFence  sched finish() misses a reader about to park or a consumer taking its last element"
     "wakeSkipsFence    sched a send looks for parked readers before its element is visible"
+    "cancelSkipsFence  sched cancel() looks for a parked reader before its end is visible"
+    "boundedHeadRelease sched a .bounded consumer's head store stays invisible to a waiting emitter"
 )
 
 failed=0
