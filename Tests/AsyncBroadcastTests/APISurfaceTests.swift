@@ -47,7 +47,8 @@ import Testing
         requireAsyncSequence(subscription)
         requireSendable(subscription)
         let dropped: Int = subscription.droppedCount
-        _ = dropped
+        let buffered: Int = subscription.bufferedCount  // v3
+        _ = (dropped, buffered)
 
         _ = b.send(7)
         let first: Int? = await iterator.next()

@@ -368,6 +368,15 @@ struct SPSCRing<Element>: @unchecked Sendable {
     @inlinable
     var hasElementsForConsumer: Bool { consumerHead != tail.loadAcquire() }
 
+    /// Unread elements, for observers on other threads. `head` is read
+    /// first: `tail` only grows and is never behind it, so the difference is
+    /// never negative.
+    @inlinable
+    var countForObserver: Int {
+        let head = head.loadAcquire()
+        return tail.loadAcquire() - head
+    }
+
     /// A snapshot for observers on other threads (tests).
     @inlinable
     var isEmptyForObserver: Bool { head.loadAcquire() == tail.loadAcquire() }

@@ -6,8 +6,9 @@ extension BroadcastSequence {
     /// ``cancel()`` is called, when the subscription and all its iterators
     /// are released, or when the sequence finished and the buffer is
     /// drained. When the consuming task is cancelled, it ends as soon as the
-    /// consumer notices: at once if it is waiting in `next()`, otherwise at
-    /// its next call (see ``AsyncIterator/next()``).
+    /// consumer notices: if it is waiting in `next()`, it is woken at once and
+    /// leaves when its task runs again; otherwise within at most 32 of its
+    /// `next()` calls, so at most 31 more elements (see ``AsyncIterator/next()``).
     ///
     /// ```swift
     /// let subscription = sequence.subscribe(bufferingPolicy: .bufferingOldest(3))
@@ -51,6 +52,23 @@ extension BroadcastSequence {
         /// How many elements this subscriber's policy has dropped so far.
         public var droppedCount: Int { core.droppedCount }
 
+        /// The elements this subscriber holds unread right now: how far its
+        /// consumer lags behind the producers.
+        ///
+        /// A snapshot: while producers send and the consumer reads, it may
+        /// be out of date as soon as it returns; it is never negative. Replay
+        /// counts like any other element. Once the
+        /// subscriber has ended (``cancel()``, its task's cancellation
+        /// noticed, or the end of the sequence taken) it is 0. Reading it
+        /// takes no lock for `.unbounded`, `.bounded` and `.bufferingOldest`
+        /// and never slows down `send` or `next()`.
+        ///
+        /// ```swift
+        /// let subscription = sequence.subscribe(bufferingPolicy: .bounded(256))
+        /// if subscription.bufferedCount > 200 { closeSlowClient() }  // it keeps falling behind
+        /// ```
+        public var bufferedCount: Int { core.bufferedCount }
+
         /// Reads a ``Subscription``'s buffer, suspending while it is empty.
         public struct AsyncIterator: AsyncIteratorProtocol {
             @usableFromInline let subscription: Subscription
@@ -74,8 +92,13 @@ extension BroadcastSequence {
                 try await subscription.core.next(isolation: nil as (any Actor)?, checkCancellation: cancellationCheck.isDue())
             }
 
-            /// Like ``next()``, but runs on `actor` without hopping off it:
-            /// a `@MainActor` loop stays on the main actor.
+            /// Like ``next()``, but runs on `actor`:
+            /// a `@MainActor` loop receives each element on the main actor. With Swift
+            /// 6.3 a reader that has to wait may still switch executors around
+            /// its suspension (one extra enqueue of its actor per wake-up), since
+            /// the runtime runs the wait's cancellation-handler operation
+            /// nonisolated; an element already buffered is returned without
+            /// leaving the actor.
             ///
             /// `for await` calls this method where the platform's
             /// `AsyncIteratorProtocol` has it (macOS 15, iOS 18, tvOS 18,

@@ -323,6 +323,19 @@ struct SubscriberBuffer<Element: Sendable>: @unchecked Sendable {
         }
     }
 
+    /// Unread elements, a snapshot from any thread (`bufferedCount`).
+    @inlinable
+    var countForObserver: Int {
+        switch storage {
+        case .lockFree(let ring):
+            return ring.countForObserver
+        case .locked(let locked):
+            lock.lock()
+            defer { lock.unlock() }
+            return locked._withUnsafeGuaranteedRef { $0.ring.count }
+        }
+    }
+
     /// A snapshot from any thread (tests, `finish`).
     @inlinable
     var isEmptyForObserver: Bool {

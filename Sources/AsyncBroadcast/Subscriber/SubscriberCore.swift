@@ -255,6 +255,16 @@ final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendab
     // MARK: Queries
 
     @usableFromInline var droppedCount: Int { buffer.dropped.loadAcquire() }
+    /// Unread elements, from any thread; 0 once ended (the elements a
+    /// cancelled lock-free buffer keeps until its reader frees them are
+    /// never read) or once the task-cancellation tombstone is set.
+    @usableFromInline var bufferedCount: Int {
+        if ended.loadAcquire() != 0 || parking.isCancelled { return 0 }
+        lock.lock()
+        let isDone = terminalKind == TerminalKind.ended
+        lock.unlock()
+        return isDone ? 0 : buffer.countForObserver
+    }
     @usableFromInline var isConsumerParked: Bool { parking.isParked }
     @usableFromInline var isBufferEmpty: Bool { buffer.isEmptyForObserver }
 
