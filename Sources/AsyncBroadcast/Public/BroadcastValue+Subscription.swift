@@ -74,8 +74,13 @@ extension BroadcastValue {
                                                  checkCancellation: cancellationCheck.isDue())
             }
 
-            /// Like ``next()``, but runs on `actor` without hopping off it: a
-            /// `@MainActor` loop stays on the main actor.
+            /// Like ``next()``, but runs on `actor`:
+            /// a `@MainActor` loop receives each value on the main actor. With Swift
+            /// 6.3 a reader that has to wait may still switch executors around
+            /// its suspension (one extra enqueue of its actor per wake-up), since
+            /// the runtime runs the wait's cancellation-handler operation
+            /// nonisolated; a value not yet seen is returned without
+            /// leaving the actor.
             @inlinable
             public mutating func next(isolation actor: isolated (any Actor)?) async throws(Failure) -> Value? {
                 try await subscription.core.next(isolation: actor, checkCancellation: cancellationCheck.isDue())
