@@ -364,8 +364,11 @@ void cab_wm_unlock(cab_lock *_Nonnull l) {
         }
         m->thread = cab_wm_tid;
         m->stamp = cab_wm_at(b, b->count - 1)->stamp;
-    } else if (m != NULL) {
-        m->stamp = 0;  // nothing of the releaser's is pending
+    } else if (m != NULL && !cab_wm_observer) {
+        // An unmodelled thread's lock() drained the last releaser up to its
+        // mark, so nothing before this unlock is pending. (An observer's
+        // lock() drained nothing: its unlock leaves the mark alone.)
+        m->stamp = 0;
     }
     cab_wm_leave();
     cab_wm_count_lock(-1);
