@@ -81,6 +81,18 @@ public enum LitmusPair {
         return outcome
     }
 
+    /// Waits for `done` (a task's last step, set on another thread), and
+    /// fails after `seconds`: a task that sleeps through its wake-up never
+    /// sets it. For `check`.
+    public static func waitFor(_ done: Locked<Bool>, _ what: String, seconds: Double = 5) -> String? {
+        let deadline = Date().addingTimeInterval(seconds)
+        while !done.value {
+            if Date() > deadline { return "lost wake-up: \(what) still waits after \(Int(seconds)) s" }
+            sched_yield()
+        }
+        return nil
+    }
+
     private final class Shared<World>: @unchecked Sendable {
         // Written by the driver before a barrier, read by thread B after it:
         // the barrier's acquire-release read-modify-write orders them.

@@ -270,53 +270,32 @@ for policy in lockFree + [.bufferingNewest(4)] {
         }))
 }
 
-// Row 3: park / finish. A reader parks; `finish` stores terminalHint, fences
-// and looks at the park word.
-for policy in lockFree + locked {
-    let isLockFree = lockFree.contains(where: { policyName($0) == policyName(policy) })
-    rows.append(Row(
-        number: 3, name: "park / finish, \(policyName(policy))",
-        shown: isLockFree ? [.finishSkipsFence] : [],
-        notShown: [(.parkSkipsFence, "the reader's CAS to parked drains its buffer in a TSO model")]
-            + (isLockFree ? [] : [(.finishSkipsFence, "a locked buffer: the reader's look takes the subscriber lock finish released")]),
-        lockOrdered: !isLockFree,
-        jobA: true, jobB: false,
-        make: { executor in
-            let sequence = BroadcastSequence<Int, Never>(bufferingPolicy: policy)
-            let subscription = sequence.subscribe()
-            let mailbox = Mailbox()
-            var task: Task<Void, Never>? = reader(subscription, on: executor, mailbox)
-            return Scenario(
-                sideA: { step(task, executor) },
-                sideB: { sequence.finish() },
-                check: { readerCanGoOn(task, mailbox, executor, "finish()") },
-                cleanup: { executor.runUntilIdle(); task = nil; _ = subscription })
-        }))
-}
-
-// Row 4: park / cancel(). A reader parks; `cancel()` stores terminalHint and
-// `ended`, fences and looks at the park word. (Its CAS on the consumer slot
-// fails while the reader holds it: a failed CAS is only a load.)
-for policy in lockFree + locked {
-    let isLockFree = lockFree.contains(where: { policyName($0) == policyName(policy) })
-    rows.append(Row(
-        number: 4, name: "park / cancel(), \(policyName(policy))",
-        shown: isLockFree ? [.cancelSkipsFence] : [],
-        notShown: [(.parkSkipsFence, "the reader's CAS to parked drains its buffer in a TSO model")]
-            + (isLockFree ? [] : [(.cancelSkipsFence, "a locked buffer: the reader's look takes the subscriber lock cancel() released")]),
-        lockOrdered: !isLockFree,
-        jobA: true, jobB: false,
-        make: { executor in
-            let sequence = BroadcastSequence<Int, Never>(bufferingPolicy: policy)
-            let subscription = sequence.subscribe()
-            let mailbox = Mailbox()
-            var task: Task<Void, Never>? = reader(subscription, on: executor, mailbox)
-            return Scenario(
-                sideA: { step(task, executor) },
-                sideB: { subscription.cancel() },
-                check: { readerCanGoOn(task, mailbox, executor, "cancel()") },
-                cleanup: { executor.runUntilIdle(); task = nil; _ = sequence })
-        }))
+// Rows 3 and 4: a reader parks while `finish()` / `cancel()` runs. The
+// ending side stores terminalHint (and, for `cancel()`, `ended`), fences and
+// looks at the park word. (`cancel()`'s CAS on the consumer slot fails while
+// the reader holds it: a failed CAS is only a load.)
+for (number, event, ordering) in [(3, "finish()", Ordering.finishSkipsFence), (4, "cancel()", .cancelSkipsFence)] {
+    for policy in lockFree + locked {
+        let isLockFree = lockFree.contains(where: { policyName($0) == policyName(policy) })
+        rows.append(Row(
+            number: number, name: "park / \(event), \(policyName(policy))",
+            shown: isLockFree ? [ordering] : [],
+            notShown: [(.parkSkipsFence, "the reader's CAS to parked drains its buffer in a TSO model")]
+                + (isLockFree ? [] : [(ordering, "a locked buffer: the reader's look takes the subscriber lock \(event) released")]),
+            lockOrdered: !isLockFree,
+            jobA: true, jobB: false,
+            make: { executor in
+                let sequence = BroadcastSequence<Int, Never>(bufferingPolicy: policy)
+                let subscription = sequence.subscribe()
+                let mailbox = Mailbox()
+                var task: Task<Void, Never>? = reader(subscription, on: executor, mailbox)
+                return Scenario(
+                    sideA: { step(task, executor) },
+                    sideB: { if number == 3 { sequence.finish() } else { subscription.cancel() } },
+                    check: { readerCanGoOn(task, mailbox, executor, event) },
+                    cleanup: { executor.runUntilIdle(); task = nil; _ = (subscription, sequence) })
+            }))
+    }
 }
 
 // Row 5: a full `.bounded` subscriber's consumer / an emitter looking for

@@ -67,16 +67,6 @@ enum LitmusRoundRunner {
         }
     }
 
-    /// Waits for a task's last step; a lost wake-up never sets it.
-    static func waitFor(_ done: Locked<Bool>, _ what: String) -> String? {
-        let deadline = Date().addingTimeInterval(5)
-        while !done.value {
-            if Date() > deadline { return "lost wake-up: \(what) still waits after 5 s" }
-            sched_yield()
-        }
-        return nil
-    }
-
     static func hammer(_ plan: LitmusRoundPlan, seconds: Double) -> LitmusPair.Outcome {
         let row = plan.row, policy = plan.policy
         let jitter = row == 2 ? 64 : 2_000
@@ -114,14 +104,14 @@ enum LitmusRoundRunner {
                 return world.sequence.subscriberCount == 0 ? nil
                     : "a finished subscriber that took its last element is still counted"
             case 5:
-                return waitFor(world.done, "the emitter")
+                return LitmusPair.waitFor(world.done, "the emitter")
             case 1 where world.delivered == 0:
                 // Dropped for a capacity-0 reader that was not waiting yet:
                 // the reader waits for more, legitimately; the end wakes it.
                 world.sequence.finish()
-                return waitFor(world.done, "the reader, after finish()")
+                return LitmusPair.waitFor(world.done, "the reader, after finish()")
             default:
-                return waitFor(world.done, "the reader")
+                return LitmusPair.waitFor(world.done, "the reader")
             }
         }
     }

@@ -20,17 +20,6 @@ import Testing
     static let taskRounds = ThreadSanitizer.isActive ? 500 : 3_000
     static let seconds = ThreadSanitizer.isActive ? 4.0 : 3.0
 
-    /// Waits for `done` (a task's last step), failing after a while: a
-    /// reader that sleeps through its wake-up never sets it.
-    static func waitFor(_ done: Locked<Bool>, _ what: String) -> String? {
-        let deadline = Date().addingTimeInterval(5)
-        while !done.value {
-            if Date() > deadline { return "lost wake-up: \(what) still waits after 5 s" }
-            sched_yield()
-        }
-        return nil
-    }
-
     static func expectClean(_ outcome: LitmusPair.Outcome, _ row: String) {
         #expect(outcome.failedRounds == 0, "\(row): \(outcome.failedRounds) of \(outcome.rounds) rounds failed: \(outcome.failures)")
         #expect(outcome.rounds > 0)
@@ -92,7 +81,7 @@ import Testing
                     default: world.subscription.cancel()
                     }
                 } check: { world in
-                    Self.waitFor(world.done, "the reader, after a \(event)")
+                    LitmusPair.waitFor(world.done, "the reader, after a \(event)")
                 }
             }
             Self.expectClean(outcome, "row \(row), \(policy)")
@@ -116,7 +105,7 @@ import Testing
                     done.value = true
                 }
             } check: { world in
-                Self.waitFor(world.done, "the emitter")
+                LitmusPair.waitFor(world.done, "the emitter")
             }
         }
         Self.expectClean(outcome, "row 5")
@@ -150,7 +139,7 @@ import Testing
                 } sideB: { world in
                     if row == 6 { world.value.send(1) } else { world.promise.succeed(1) }
                 } check: { world in
-                    Self.waitFor(world.done, row == 6 ? "the value reader" : "the promise waiter")
+                    LitmusPair.waitFor(world.done, row == 6 ? "the value reader" : "the promise waiter")
                 }
             }
             Self.expectClean(outcome, "row \(row)")
