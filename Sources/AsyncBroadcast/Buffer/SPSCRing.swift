@@ -327,12 +327,23 @@ struct SPSCRing<Element>: @unchecked Sendable {
     ///   emitters read it after storing their own flag).
     @inlinable
     func pop(publishSequentiallyConsistent: Bool) -> Element? {
+        var reachedCachedTail = false
+        return pop(publishSequentiallyConsistent: publishSequentiallyConsistent, reachedCachedTail: &reachedCachedTail)
+    }
+
+    /// `pop`, also telling whether it took the last element up to the last
+    /// `tail` the consumer loaded (`false`: more is certainly there; `true`:
+    /// the buffer may be empty now), at no extra memory access.
+    @inlinable
+    func pop(publishSequentiallyConsistent: Bool, reachedCachedTail: inout Bool) -> Element? {
         let index = consumerHead
-        if index == consumerCachedTail {
-            let tail = tail.loadAcquire()
-            consumerCachedTail = tail
-            guard index != tail else { return nil }
+        var cachedTail = consumerCachedTail
+        if index == cachedTail {
+            cachedTail = tail.loadAcquire()
+            consumerCachedTail = cachedTail
+            guard index != cachedTail else { return nil }
         }
+        reachedCachedTail = index + 1 == cachedTail
         var segment = consumerSegment
         if index == segment.end.loadAcquire() {
             // The producer left this segment when it linked `next`, and we
@@ -350,18 +361,6 @@ struct SPSCRing<Element>: @unchecked Sendable {
             head.storeRelease(index + 1)
         }
         return element
-    }
-
-    /// Whether the consumer has taken everything published so far (consumer
-    /// side). Reloads `tail` only when the cached one says so, and keeps what
-    /// it loaded for the next `pop`.
-    @inlinable
-    var consumerIsCaughtUp: Bool {
-        let index = consumerHead
-        guard index == consumerCachedTail else { return false }
-        let tail = tail.loadAcquire()
-        consumerCachedTail = tail
-        return index == tail
     }
 
     /// Whether the consumer has something to read (consumer side).

@@ -311,11 +311,17 @@ struct BroadcastState<Element: Sendable, Failure: Error>: ~Copyable {
             decide(emitters.removeFirst(), .delivered(.finished), effects: &effects)
         }
         let subscriberTerminal = event.subscriberTerminal
+        for position in subscribers.indices {
+            subscribers[position]._withUnsafeGuaranteedRef { $0.setTerminal(subscriberTerminal) }
+        }
+        // One heavy fence for every subscriber (rows 2 and 3 of
+        // Handshakes.md): then each one's head and park word are read.
+        if !Fault.finishSkipsFence { asymmetricHeavyFence() }
         // Backwards, so that a swap-remove only moves an entry already seen.
         var index = subscribers.count - 1
         while index >= 0 {
             let subscriber = subscribers[index].takeUnretainedValue()
-            if subscriber.finish(subscriberTerminal, effects: &effects) { unregister(subscriber) }
+            if subscriber.finishAfterFence(effects: &effects) { unregister(subscriber) }
             index -= 1
         }
     }

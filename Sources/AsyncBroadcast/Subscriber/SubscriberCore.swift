@@ -218,19 +218,20 @@ final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendab
         return outcome
     }
 
-    /// Records the sequence's terminal event and wakes a parked reader.
+    /// The second half of `finish`, after `setTerminal` and the sequence's
+    /// one heavy fence (`BroadcastState.finish`): wakes a parked reader.
     /// Returns `true` if the buffer is empty: the subscriber has ended and
     /// leaves the sequence now.
+    ///
+    /// Store-buffering with two readers of `terminalHint`: the consumer that
+    /// takes its last element (`leaveIfFinishedAndDrained`, row 2 of
+    /// Handshakes.md) and a reader about to park (`Parking.park`, row 3).
+    /// Each stores its word and then loads `terminalHint`; `finish` stored
+    /// `terminalHint` (under the subscriber lock, only a release) and now
+    /// loads theirs, after the heavy fence that pairs with the consumer's
+    /// light one and with the reader's full one.
     @usableFromInline
-    func finish(_ event: SubscriberTerminal<Failure>, effects: inout Effects<Element>) -> Bool {
-        setTerminal(event)
-        // Store-buffering with two readers of `terminalHint`: the consumer
-        // that takes its last element (`leaveIfFinishedAndDrained`, row 2 of
-        // Handshakes.md) and a reader about to park (`Parking.park`, row 3).
-        // Each stores its word and then loads `terminalHint`; we stored
-        // `terminalHint` and now load theirs. The subscriber lock released
-        // above is only a release: nothing else keeps these loads after it.
-        if !Fault.finishSkipsFence { sequentiallyConsistentFence() }
+    func finishAfterFence(effects: inout Effects<Element>) -> Bool {
         let drained = buffer.producerCount() == 0
         if let continuation = parking.tryUnpark() { effects.resume(continuation) }
         return drained
@@ -350,12 +351,13 @@ final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendab
 
     @inlinable
     func pop() -> Element? {
-        guard let element = buffer.pop() else { return nil }
+        var mayHaveDrained = false
+        guard let element = buffer.pop(mayHaveDrained: &mayHaveDrained) else { return nil }
         // A `.bounded` read may release waiting emitters. The emitter stores
         // its flag, then reads our count; we publish our count (sequentially
         // consistent), then read its flag: one of the two sees the other.
         if buffer.isBounded { storage?.boundedSubscriberMayHaveRoom(self) }
-        leaveIfFinishedAndDrained()
+        if mayHaveDrained { leaveIfFinishedAndDrained() }
         return element
     }
 
@@ -365,18 +367,22 @@ final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendab
     ///
     /// Row 2 of Handshakes.md. A lock-free buffer's consumer publishes its
     /// head and then loads `terminalHint`; `finish` stores `terminalHint` and
-    /// then loads the head. Without a full fence on both sides each may miss
-    /// the other (store buffering), and nobody removes the subscriber. The
-    /// fence is paid only when this pop emptied the buffer as far as the
-    /// consumer can see: otherwise a later pop takes the last element and
-    /// looks again. A locked buffer needs no fence: its pop and `finish`'s
-    /// count both take the subscriber lock, which orders them.
+    /// then loads the head. Without a fence on both sides each may miss the
+    /// other (store buffering), and nobody removes the subscriber. Consumers
+    /// catch up all the time and `finish` happens once, so the pair is
+    /// asymmetric: the light fence here (a compiler barrier where the heavy
+    /// one is membarrier(2)), the heavy one in `finish`. It is paid only when
+    /// this pop emptied the buffer as far as the consumer can see: otherwise
+    /// a later pop takes the last element and looks again. A locked buffer
+    /// needs no fence: its pop and `finish`'s count both take the subscriber
+    /// lock, which orders them. (The pop decides from the consumer's cached
+    /// tail whether the buffer may be empty: the cache never runs ahead of
+    /// the real tail, so a pop that has not reached it leaves elements behind
+    /// for certain, and reloading `tail` here would pull the producer's cache
+    /// line on every catch-up.)
     @inlinable
     func leaveIfFinishedAndDrained() {
-        if case .lockFree(let ring) = buffer.storage {
-            guard ring.consumerIsCaughtUp else { return }
-            if !Fault.popSkipsFence { sequentiallyConsistentFence() }
-        }
+        if buffer.isLockFree && !Fault.popSkipsFence { asymmetricLightFence() }
         // Once `terminalHint` is set nothing more is pushed: the emptiness
         // check after it is final.
         if terminalHint.loadAcquire() != 0 && !buffer.hasElementsForConsumer { storage?.remove(self) }
