@@ -13,6 +13,9 @@ public struct ByteReader {
 
     public var isAtEnd: Bool { offset >= bytes.count }
 
+    /// The input's length in bytes.
+    public var count: Int { bytes.count }
+
     public mutating func byte() -> Int {
         guard offset < bytes.count else { return 0 }
         defer { offset += 1 }

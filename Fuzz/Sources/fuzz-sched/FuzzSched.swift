@@ -135,11 +135,11 @@ let driverThread = pthread_self()
 public func fuzzSched(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
     let bytes = ByteReader(data, size)
     Trace.rerunTraced = {
-        FuzzWeakMemory.beginInput()
+        FuzzWeakMemory.beginInput(bytes)
         let program = SchedProgram(input: bytes, trace: Trace(enabled: true))
         program.run()
     }
-    FuzzWeakMemory.beginInput()
+    FuzzWeakMemory.beginInput(bytes)
     let program = SchedProgram(input: bytes, trace: Trace())
     program.run()
     Trace.rerunTraced = nil

@@ -81,11 +81,11 @@ typealias UpstreamInit<Failure: Error> = (BroadcastBufferingPolicy, Int, Broadca
 func runProgram<Failure: Error>(_ bytes: ByteReader, errors: ErrorCoding<Failure>,
                                 upstreamInit: @escaping UpstreamInit<Failure>) {
     Trace.rerunTraced = {
-        FuzzWeakMemory.beginInput()
+        FuzzWeakMemory.beginInput(bytes)
         let program = ShareProgram(input: bytes, trace: Trace(enabled: true), errors: errors, upstreamInit: upstreamInit)
         program.run()
     }
-    FuzzWeakMemory.beginInput()
+    FuzzWeakMemory.beginInput(bytes)
     let program = ShareProgram(input: bytes, trace: Trace(), errors: errors, upstreamInit: upstreamInit)
     program.run()
 }

@@ -157,10 +157,10 @@ public func fuzzValue(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
         }
     }
     Trace.rerunTraced = {
-        FuzzWeakMemory.beginInput()
+        FuzzWeakMemory.beginInput(bytes)
         run(traced: true)
     }
-    FuzzWeakMemory.beginInput()
+    FuzzWeakMemory.beginInput(bytes)
     run(traced: false)
     Trace.rerunTraced = nil
     return 0
