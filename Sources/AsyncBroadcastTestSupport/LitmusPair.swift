@@ -40,7 +40,7 @@ public enum LitmusPair {
         let shared = Shared<World>()
         let deadline = Date().addingTimeInterval(seconds)
         let threadB = Thread {
-            var random = SplitMix(seed: 0x9E37_79B9)
+            var random = SplitMix64(seed: 0x9E37_79B9)
             var phase = 0
             while true {
                 phase += 1
@@ -56,7 +56,7 @@ public enum LitmusPair {
         threadB.stackSize = 1 << 20
         threadB.start()
         var outcome = Outcome()
-        var random = SplitMix(seed: 0xD1B5_4A32)
+        var random = SplitMix64(seed: 0xD1B5_4A32)
         var phase = 0
         while true {
             let stop = outcome.rounds >= rounds || (outcome.rounds % 256 == 0 && Date() > deadline)
@@ -126,16 +126,4 @@ public enum LitmusPair {
     }
 
     @inline(never) static func _blackHole(_ value: Int) {}
-
-    struct SplitMix {
-        var state: UInt64
-        init(seed: UInt64) { state = seed }
-        mutating func next() -> UInt64 {
-            state &+= 0x9E37_79B9_7F4A_7C15
-            var z = state
-            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-            return z ^ (z >> 31)
-        }
-    }
 }

@@ -1,4 +1,5 @@
 @_spi(Testing) import AsyncBroadcast
+import AsyncBroadcastTestSupport
 
 /// A producer: runs its operations in order (so its sequence numbers are its
 /// program order), and the chaos actions attached to them. Some of its

@@ -1,4 +1,5 @@
 import AsyncBroadcast
+import AsyncBroadcastTestSupport
 
 /// A place in the run: just before `producer` starts its operation `op`.
 struct Spot: Sendable, Equatable, CustomStringConvertible {

@@ -1,4 +1,5 @@
 import AsyncBroadcast
+import AsyncBroadcastTestSupport
 
 // The plan of a sharing round: a shared `BroadcastSequence` fed by an
 // upstream task or a callback listener (see SharingRound.swift).

@@ -1,3 +1,4 @@
+import AsyncBroadcastTestSupport
 /// What a round exercises.
 enum RoundKind: String, Sendable, CaseIterable {
     case sequence, value, promise, sharing, litmus

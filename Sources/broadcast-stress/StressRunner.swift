@@ -1,3 +1,4 @@
+import AsyncBroadcastTestSupport
 /// Runs rounds until the budget is spent, prints progress and failures, and
 /// checks that resident memory stays flat.
 struct StressRunner {

@@ -1,3 +1,4 @@
+import AsyncBroadcastTestSupport
 /// Everything about a `BroadcastValue` round that the seed decides.
 ///
 /// Writers and the order the checker knows:
