@@ -327,23 +327,12 @@ struct SPSCRing<Element>: @unchecked Sendable {
     ///   emitters read it after storing their own flag).
     @inlinable
     func pop(publishSequentiallyConsistent: Bool) -> Element? {
-        var reachedCachedTail = false
-        return pop(publishSequentiallyConsistent: publishSequentiallyConsistent, reachedCachedTail: &reachedCachedTail)
-    }
-
-    /// `pop`, also telling whether it took the last element up to the last
-    /// `tail` the consumer loaded (`false`: more is certainly there; `true`:
-    /// the buffer may be empty now), at no extra memory access.
-    @inlinable
-    func pop(publishSequentiallyConsistent: Bool, reachedCachedTail: inout Bool) -> Element? {
         let index = consumerHead
-        var cachedTail = consumerCachedTail
-        if index == cachedTail {
-            cachedTail = tail.loadAcquire()
-            consumerCachedTail = cachedTail
-            guard index != cachedTail else { return nil }
+        if index == consumerCachedTail {
+            let tail = tail.loadAcquire()
+            consumerCachedTail = tail
+            guard index != tail else { return nil }
         }
-        reachedCachedTail = index + 1 == cachedTail
         var segment = consumerSegment
         if index == segment.end.loadAcquire() {
             // The producer left this segment when it linked `next`, and we
@@ -362,6 +351,13 @@ struct SPSCRing<Element>: @unchecked Sendable {
         }
         return element
     }
+
+    /// Whether the consumer has taken everything up to the last `tail` it
+    /// loaded (consumer side, no atomic access): `false` means more is
+    /// certainly there (the cache never runs ahead of the real tail); `true`
+    /// that the buffer may be empty.
+    @inlinable
+    var consumerReachedCachedTail: Bool { consumerHead == consumerCachedTail }
 
     /// Whether the consumer has something to read (consumer side).
     @inlinable

@@ -300,20 +300,10 @@ struct SubscriberBuffer<Element: Sendable>: @unchecked Sendable {
     /// sequentially consistent store (see `SPSCRing.pop`).
     @inlinable
     func pop() -> Element? {
-        var mayHaveDrained = false
-        return pop(mayHaveDrained: &mayHaveDrained)
-    }
-
-    /// `pop`, also telling whether the buffer may be empty after it (always
-    /// `true` for a locked buffer; for a lock-free one, whether the pop
-    /// reached the last `tail` the consumer loaded).
-    @inlinable
-    func pop(mayHaveDrained: inout Bool) -> Element? {
         switch storage {
         case .lockFree(let ring):
-            return ring.pop(publishSequentiallyConsistent: isBounded, reachedCachedTail: &mayHaveDrained)
+            return ring.pop(publishSequentiallyConsistent: isBounded)
         case .locked(let locked):
-            mayHaveDrained = true
             lock.lock()
             defer { lock.unlock() }
             return locked._withUnsafeGuaranteedRef { $0.ring.popFirst() }

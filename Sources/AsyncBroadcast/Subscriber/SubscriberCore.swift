@@ -351,13 +351,12 @@ final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendab
 
     @inlinable
     func pop() -> Element? {
-        var mayHaveDrained = false
-        guard let element = buffer.pop(mayHaveDrained: &mayHaveDrained) else { return nil }
+        guard let element = buffer.pop() else { return nil }
         // A `.bounded` read may release waiting emitters. The emitter stores
         // its flag, then reads our count; we publish our count (sequentially
         // consistent), then read its flag: one of the two sees the other.
         if buffer.isBounded { storage?.boundedSubscriberMayHaveRoom(self) }
-        if mayHaveDrained { leaveIfFinishedAndDrained() }
+        leaveIfFinishedAndDrained()
         return element
     }
 
@@ -375,14 +374,18 @@ final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendab
     /// this pop emptied the buffer as far as the consumer can see: otherwise
     /// a later pop takes the last element and looks again. A locked buffer
     /// needs no fence: its pop and `finish`'s count both take the subscriber
-    /// lock, which orders them. (The pop decides from the consumer's cached
-    /// tail whether the buffer may be empty: the cache never runs ahead of
-    /// the real tail, so a pop that has not reached it leaves elements behind
-    /// for certain, and reloading `tail` here would pull the producer's cache
-    /// line on every catch-up.)
+    /// lock, which orders them. (The consumer's cached tail decides whether
+    /// the buffer may be empty: it never runs ahead of the real tail, so a
+    /// pop that has not reached it leaves elements behind for certain, and
+    /// reloading `tail` here would pull the producer's cache line on every
+    /// catch-up. Measured: asking the pop to report it through an `inout`
+    /// made batches 25-40 % slower.)
     @inlinable
     func leaveIfFinishedAndDrained() {
-        if buffer.isLockFree && !Fault.popSkipsFence { asymmetricLightFence() }
+        if case .lockFree(let ring) = buffer.storage {
+            guard ring.consumerReachedCachedTail else { return }
+            if !Fault.popSkipsFence { asymmetricLightFence() }
+        }
         // Once `terminalHint` is set nothing more is pushed: the emptiness
         // check after it is final.
         if terminalHint.loadAcquire() != 0 && !buffer.hasElementsForConsumer { storage?.remove(self) }
