@@ -28,7 +28,7 @@ struct LitmusRoundPlan: Sendable {
         // to locked instructions), so it gets most rounds.
         let row = [2, 2, 2, 2, 1, 3, 4, 5][Int(rng.next() % 8)]
         let policy = row == 5 ? .bounded(1) : policies[Int(rng.next() % UInt64(policies.count))]
-        return LitmusRoundPlan(seed: seed, row: row, policy: policy, pairs: row == 2 ? 20_000 : 400)
+        return LitmusRoundPlan(seed: seed, row: row, policy: policy, pairs: row == 2 ? 5_000 : 150)
     }
 
     var summary: String { "litmus row \(row), \(policy), \(pairs) pairs" }
