@@ -167,7 +167,7 @@ enum Fault {
     }
 
     /// `finish` reads a subscriber's head and park word without the fence
-    /// after recording the terminal event (`SubscriberCore.finish`).
+    /// after recording the terminal event (`BroadcastState.finish`).
     @inlinable static var finishSkipsFence: Bool {
         #if ASYNCBROADCAST_FAULT_FINISH_SKIPS_FENCE
         return true
