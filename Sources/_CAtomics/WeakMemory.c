@@ -250,14 +250,27 @@ static inline void cab_wm_drain_mine(void) {
     if (b != NULL) cab_wm_drain_oldest(b, b->count);
 }
 
-intptr_t cab_wm_exchange(cab_atomic_int *_Nonnull a, intptr_t value) {
+typedef enum { CAB_WM_EXCHANGE, CAB_WM_FETCH_ADD, CAB_WM_FETCH_OR } cab_wm_rmw_kind;
+
+/// An exchange, fetch-add or fetch-or: the calling thread's buffer drains
+/// first (a locked instruction), then memory is updated at once.
+static intptr_t cab_wm_rmw(cab_atomic_int *_Nonnull a, cab_wm_rmw_kind kind, intptr_t operand) {
     cab_wm_maybe_preempt();
     cab_wm_enter();
     cab_wm_drain_mine();
-    intptr_t old = atomic_exchange_explicit(&a->value, value, memory_order_seq_cst);
+    intptr_t old;
+    switch (kind) {
+    case CAB_WM_EXCHANGE: old = atomic_exchange_explicit(&a->value, operand, memory_order_seq_cst); break;
+    case CAB_WM_FETCH_ADD: old = atomic_fetch_add_explicit(&a->value, operand, memory_order_seq_cst); break;
+    default: old = atomic_fetch_or_explicit(&a->value, operand, memory_order_seq_cst); break;
+    }
     cab_wm_leave();
     return old;
 }
+
+intptr_t cab_wm_exchange(cab_atomic_int *_Nonnull a, intptr_t value) { return cab_wm_rmw(a, CAB_WM_EXCHANGE, value); }
+intptr_t cab_wm_fetch_add(cab_atomic_int *_Nonnull a, intptr_t delta) { return cab_wm_rmw(a, CAB_WM_FETCH_ADD, delta); }
+intptr_t cab_wm_fetch_or(cab_atomic_int *_Nonnull a, intptr_t bits) { return cab_wm_rmw(a, CAB_WM_FETCH_OR, bits); }
 
 bool cab_wm_cas(cab_atomic_int *_Nonnull a, intptr_t *_Nonnull expected, intptr_t desired) {
     cab_wm_maybe_preempt();
@@ -281,24 +294,6 @@ bool cab_wm_cas(cab_atomic_int *_Nonnull a, intptr_t *_Nonnull expected, intptr_
                                                              memory_order_seq_cst, memory_order_seq_cst);
     cab_wm_leave();
     return exchanged;
-}
-
-intptr_t cab_wm_fetch_add(cab_atomic_int *_Nonnull a, intptr_t delta) {
-    cab_wm_maybe_preempt();
-    cab_wm_enter();
-    cab_wm_drain_mine();
-    intptr_t old = atomic_fetch_add_explicit(&a->value, delta, memory_order_seq_cst);
-    cab_wm_leave();
-    return old;
-}
-
-intptr_t cab_wm_fetch_or(cab_atomic_int *_Nonnull a, intptr_t bits) {
-    cab_wm_maybe_preempt();
-    cab_wm_enter();
-    cab_wm_drain_mine();
-    intptr_t old = atomic_fetch_or_explicit(&a->value, bits, memory_order_seq_cst);
-    cab_wm_leave();
-    return old;
 }
 
 void cab_wm_fence(void) {

@@ -260,7 +260,7 @@ struct SubscriberBuffer<Element: Sendable>: @unchecked Sendable {
 
     @inlinable
     func countDrop() {
-        dropped.storeRelease(dropped.loadRelaxed() + 1)  // single writer: the sequence lock holder
+        countDrops(1)
     }
 
     @inlinable
