@@ -1,0 +1,226 @@
+#!/usr/bin/env python3
+"""Checks feed-server's live page (`GET /`) in headless Chromium, driven by selenium.
+
+    Examples/clients/install-chromium.sh     # Debian's chromium and chromium-driver, if missing
+    Examples/clients/setup.sh
+    Examples/.venv/bin/python Examples/clients/browser_check.py \\
+        --server 127.0.0.1:8080 --screenshot Examples/results/live-page.png --timeout 60
+
+Opens the page in a 1000x700 window, waits until #status reads `ready`, publishes three
+messages by typing into #publish-text and clicking #publish-button and a fourth with
+POST /publish from Python, waits until all four are in #messages (newest first), checks
+that #online shows a count of at least 1, and saves a screenshot.
+
+Prints `PASS name` or `FAIL name: reason` per check and `N passed, N failed` last;
+exits 1 if any check failed. Uses /usr/bin/chromium and /usr/bin/chromedriver
+(CHROMIUM and CHROMEDRIVER override them).
+"""
+from __future__ import annotations
+
+import argparse
+import http.client
+import os
+import sys
+import threading
+import time
+import uuid
+
+from selenium import webdriver
+from selenium.common.exceptions import TimeoutException, WebDriverException
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
+
+CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+CHROMEDRIVER = os.environ.get("CHROMEDRIVER", "/usr/bin/chromedriver")
+
+
+class Checks:
+    def __init__(self) -> None:
+        self.passed = 0
+        self.failed = 0
+
+    def check(self, name: str, ok: bool, reason: str = "") -> bool:
+        reason = " ".join(reason.split())  # one line
+        if ok:
+            self.passed += 1
+            print(f"PASS {name}", flush=True)
+        else:
+            self.failed += 1
+            print(f"FAIL {name}: {reason}", flush=True)
+        return ok
+
+
+def post_publish(server: str, text: str, timeout: float) -> int:
+    host, _, port = server.rpartition(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=timeout)
+    try:
+        conn.request("POST", "/publish", body=text.encode(), headers={"Content-Type": "text/plain; charset=utf-8"})
+        response = conn.getresponse()
+        response.read()
+        return response.status
+    finally:
+        conn.close()
+
+
+def start_browser(timeout: float) -> webdriver.Chrome:
+    for path in (CHROMIUM, CHROMEDRIVER):
+        if not os.access(path, os.X_OK):
+            raise FileNotFoundError(f"{path} is missing: run Examples/clients/install-chromium.sh")
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+                     "--window-size=1000,700", "--hide-scrollbars", "--no-first-run",
+                     "--disable-extensions", "--disable-background-networking"):
+        options.add_argument(argument)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    service = Service(executable_path=CHROMEDRIVER, log_output=os.devnull)
+    driver = webdriver.Chrome(service=service, options=options)
+    driver.set_page_load_timeout(timeout)
+    driver.set_script_timeout(timeout)
+    # Make the page's viewport (what the screenshot shows) 1000x700, whatever the window's frame takes.
+    driver.set_window_size(1000, 700)
+    inner_width, inner_height = driver.execute_script("return [window.innerWidth, window.innerHeight];")
+    driver.set_window_size(2000 - inner_width, 1400 - inner_height)
+    return driver
+
+
+def text_of(driver: webdriver.Chrome, element_id: str) -> str:
+    return driver.find_element(By.ID, element_id).get_attribute("textContent") or ""
+
+
+def message_texts(driver: webdriver.Chrome) -> list[str]:
+    return driver.execute_script(
+        "return Array.from(document.querySelectorAll('#messages li'), li => li.textContent);")
+
+
+def run(args: argparse.Namespace, checks: Checks) -> None:
+    end = time.monotonic() + args.timeout
+
+    def left() -> float:
+        return max(0.1, end - time.monotonic())
+
+    driver = start_browser(left())
+    try:
+        print(f"info: {driver.capabilities.get('browserName')} {driver.capabilities.get('browserVersion')}", flush=True)
+        url = f"http://{args.server}/"
+        try:
+            driver.get(url)
+            ids = ["status", "online", "gaps", "messages", "publish-text", "publish-button"]
+            missing = [i for i in ids if not driver.find_elements(By.ID, i)]
+            checks.check("page-loads", not missing, f"no element with id {', '.join(missing)}")
+        except WebDriverException as error:
+            checks.check("page-loads", False, f"GET {url}: {error.msg}")
+            return
+
+        try:
+            WebDriverWait(driver, left()).until(lambda d: text_of(d, "status") == "ready")
+            checks.check("status-ready", True)
+        except TimeoutException:
+            checks.check("status-ready", False, f"#status still reads {text_of(driver, 'status')!r}")
+            return
+
+        run_id = uuid.uuid4().hex[:6]
+        texts = [f"hello from Chromium #{i} ({run_id})" for i in (1, 2, 3)]
+        problem = ""
+        for text in texts:
+            field = driver.find_element(By.ID, "publish-text")
+            field.clear()
+            field.send_keys(text)
+            driver.find_element(By.ID, "publish-button").click()
+            try:  # the page clears the field once POST /publish answered 200
+                WebDriverWait(driver, left()).until(
+                    lambda d: d.find_element(By.ID, "publish-text").get_attribute("value") == "")
+            except TimeoutException:
+                result = text_of(driver, "publish-result") if driver.find_elements(By.ID, "publish-result") else ""
+                problem = f"{text!r} not published after the click ({result or 'field not cleared'})"
+                break
+        checks.check("publish-from-page", not problem, problem)
+
+        python_text = f"hello from Python #4 ({run_id})"
+        try:
+            status = post_publish(args.server, python_text, min(left(), 10))
+            checks.check("publish-from-python", status == 200, f"POST /publish answered {status}")
+        except OSError as error:
+            checks.check("publish-from-python", False, f"POST /publish: {error}")
+        expected = texts + [python_text]
+
+        def shown() -> list[str]:
+            return [t for t in expected if any(t in item for item in message_texts(driver))]
+
+        try:
+            WebDriverWait(driver, left()).until(lambda d: len(shown()) == len(expected))
+            checks.check("messages-shown", True)
+        except TimeoutException:
+            checks.check("messages-shown", False, f"#messages shows {len(shown())} of 4: missing "
+                         f"{[t for t in expected if t not in shown()]}")
+        items = message_texts(driver)
+        positions = [next((i for i, item in enumerate(items) if t in item), None) for t in reversed(expected)]
+        in_order = None not in positions and positions == sorted(positions)
+        checks.check("messages-newest-first", in_order, f"positions of #4..#1 in #messages: {positions}")
+        checks.check("messages-at-most-100", len(items) <= 100, f"{len(items)} items")
+
+        def online_count() -> int | None:
+            text = text_of(driver, "online").strip()
+            return int(text) if text.isdigit() else None
+
+        try:  # `online` comes at most once a second
+            WebDriverWait(driver, min(left(), 5)).until(lambda d: (online_count() or 0) >= 1)
+            checks.check("online-count", True)
+        except TimeoutException:
+            checks.check("online-count", False, f"#online reads {text_of(driver, 'online')!r}")
+
+        gaps = text_of(driver, "gaps")
+        checks.check("no-gaps", gaps.startswith("0 "), f"#gaps reads {gaps!r}")
+
+        try:
+            errors = [e["message"] for e in driver.get_log("browser") if e.get("level") == "SEVERE"]
+        except WebDriverException:
+            errors = []
+        checks.check("no-console-errors", not errors, "; ".join(errors[:3]))
+
+        if args.screenshot:
+            path = os.path.abspath(args.screenshot)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            driver.execute_script("document.activeElement && document.activeElement.blur();")
+            ok = driver.save_screenshot(path)
+            with open(path, "rb") as file:
+                is_png = file.read(8) == b"\x89PNG\r\n\x1a\n"
+            checks.check("screenshot", ok and is_png, f"could not write {path}")
+            print(f"info: screenshot {path}", flush=True)
+    finally:
+        try:
+            driver.quit()
+        except Exception:  # noqa: BLE001 - quitting at the end
+            pass
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--server", default="127.0.0.1:8080", help="HOST:PORT of a feed server")
+    parser.add_argument("--screenshot", default="", help="where to save a PNG of the page")
+    parser.add_argument("--timeout", type=float, default=60, help="seconds for the whole run")
+    args = parser.parse_args()
+
+    checks = Checks()
+
+    def watchdog() -> None:
+        print(f"FAIL watchdog: still running {args.timeout + 30:.0f}s after the start", flush=True)
+        print(f"{checks.passed} passed, {checks.failed + 1} failed", flush=True)
+        os._exit(1)
+
+    timer = threading.Timer(args.timeout + 30, watchdog)
+    timer.daemon = True
+    timer.start()
+    try:
+        run(args, checks)
+    except Exception as error:  # noqa: BLE001 - reported as a failed check
+        message = error.msg if isinstance(error, WebDriverException) else str(error)
+        checks.check("finished", False, f"{type(error).__name__}: {message}")
+    timer.cancel()
+    print(f"{checks.passed} passed, {checks.failed} failed", flush=True)
+    return 1 if checks.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Creates Examples/.venv (if missing) and installs the Python clients' pinned
+# packages (websockets, selenium) from requirements.txt. Idempotent and quiet.
+#
+#   Examples/clients/setup.sh && Examples/.venv/bin/python Examples/clients/ws_check.py --help
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+VENV=${FEED_VENV:-$HERE/../.venv}
+PYTHON=${PYTHON:-python3}
+REQ=$HERE/requirements.txt
+
+if [[ ! -x $VENV/bin/python ]]; then
+    timeout 120 "$PYTHON" -m venv "$VENV"
+fi
+# Skip pip when the installed set already matches the pins.
+STAMP=$VENV/.feed-requirements
+if [[ -f $STAMP ]] && cmp -s "$STAMP" "$REQ"; then
+    exit 0
+fi
+timeout 600 "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -r "$REQ"
+"$VENV/bin/python" -c 'import websockets, selenium' 
+cp "$REQ" "$STAMP"
+echo "setup: $("$VENV/bin/python" -c 'import websockets, selenium; print("websockets", websockets.__version__, "selenium", selenium.__version__)') in $(cd "$VENV" && pwd)" >&2

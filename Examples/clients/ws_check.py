@@ -1,0 +1,561 @@
+#!/usr/bin/env python3
+"""Checks feed-server with real WebSocket clients from the Python `websockets` library.
+
+    Examples/clients/setup.sh
+    Examples/.venv/bin/python Examples/clients/ws_check.py \\
+        --servers 127.0.0.1:8080,127.0.0.1:8081 --clients 50 --messages 200 --rate 100 --slow 1 --timeout 60
+
+Connects --clients fast clients spread over the servers (policy newest, capacity 1024)
+and --slow slow clients (policy newest, capacity 8, reading 10 messages a second through
+a small receive buffer), waits for every client's `ready`, then publishes --messages
+messages with POST /publish, alternating between the servers, one after the other at
+--rate a second. Each body is a JSON object {"run": ID, "n": i, "sent": epoch ms, "pad": ...}:
+the run id tells this run's messages from a replayed one of an earlier run, and the pad
+(--pad bytes, incompressible) makes the slow clients outgrow the kernel's socket buffers,
+so that the server's subscription policy, not TCP, has to absorb them.
+
+Prints `PASS name` or `FAIL name: reason` per check and `N passed, N failed` last;
+exits 1 if any check failed. Every wait is bounded by --timeout (whole run).
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import http.client
+import json
+import os
+import socket
+import sys
+import threading
+import time
+import uuid
+
+import websockets
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed, InvalidStatus
+
+FAST_CAPACITY = 1024
+SLOW_CAPACITY = 8
+SLOW_READS_PER_SECOND = 10
+SLOW_RCVBUF = 4096
+BAD_QUERIES = [
+    "policy=Newest",
+    "capacity=-1",
+    "capacity=abc",
+    "policy=bounded&capacity=0",
+    "capacity=1000001",
+]
+STATS_KEYS = ["subscribers", "delivered", "dropped", "evicted", "rssBytes"]
+
+
+class Checks:
+    def __init__(self) -> None:
+        self.passed = 0
+        self.failed = 0
+
+    def check(self, name: str, ok: bool, reason: str = "") -> bool:
+        reason = " ".join(reason.split())  # one line
+        if ok:
+            self.passed += 1
+            print(f"PASS {name}", flush=True)
+        else:
+            self.failed += 1
+            print(f"FAIL {name}: {reason}", flush=True)
+        return ok
+
+    def skip(self, name: str, reason: str) -> None:
+        print(f"SKIP {name}: {reason}", flush=True)
+
+
+class Deadline:
+    def __init__(self, seconds: float) -> None:
+        self.end = time.monotonic() + seconds
+
+    def left(self, cap: float | None = None) -> float:
+        left = max(0.0, self.end - time.monotonic())
+        return left if cap is None else min(left, cap)
+
+
+def split_host(server: str) -> tuple[str, int]:
+    host, _, port = server.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+def http_request(server: str, method: str, path: str, body: bytes | None, timeout: float) -> tuple[int, bytes]:
+    host, port = split_host(server)
+    conn = http.client.HTTPConnection(host, port, timeout=max(timeout, 0.1))
+    try:
+        headers = {"Content-Type": "text/plain; charset=utf-8"} if body is not None else {}
+        conn.request(method, path, body=body, headers=headers)
+        response = conn.getresponse()
+        return response.status, response.read()
+    finally:
+        conn.close()
+
+
+class Publisher:
+    """One keep-alive HTTP connection per server; POSTs run in a thread, one at a time."""
+
+    def __init__(self, server: str) -> None:
+        self.server = server
+        self.conn: http.client.HTTPConnection | None = None
+
+    def post(self, body: bytes, timeout: float) -> int:
+        for attempt in range(2):
+            if self.conn is None:
+                host, port = split_host(self.server)
+                self.conn = http.client.HTTPConnection(host, port, timeout=max(timeout, 0.1))
+            try:
+                self.conn.timeout = max(timeout, 0.1)
+                if self.conn.sock is not None:
+                    self.conn.sock.settimeout(self.conn.timeout)
+                self.conn.request("POST", "/publish", body=body,
+                                  headers={"Content-Type": "text/plain; charset=utf-8"})
+                response = self.conn.getresponse()
+                response.read()
+                if response.getheader("Connection", "").lower() == "close":
+                    self.close()
+                return response.status
+            except (ConnectionError, http.client.RemoteDisconnected, http.client.BadStatusLine):
+                # A kept-alive connection the server closed: retry once on a new one. Safe only
+                # because nothing was answered, which for these errors means nothing was read.
+                self.close()
+                if attempt == 1:
+                    raise
+        raise AssertionError("unreachable")
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+
+
+class Client:
+    def __init__(self, index: int, server: str, slow: bool, run: str, last_n: int) -> None:
+        self.index = index
+        self.server = server
+        self.slow = slow
+        self.run = run
+        self.last_n = last_n
+        self.frames: list[tuple[float, dict]] = []  # (receive time, frame)
+        self.ns: list[int] = []  # this run's n, in arrival order
+        self.seqs: list[int] = []
+        self.gaps: list[int] = []  # the `dropped` of each gap frame
+        self.online: list[tuple[float, int]] = []
+        self.sent_mismatch: list[str] = []
+        self.latencies_ms: list[float] = []
+        self.bad_frames: list[str] = []
+        self.ready = asyncio.Event()
+        self.done = asyncio.Event()  # this run's last message arrived
+        self.drain = asyncio.Event()  # a slow client stops being slow
+        self.ws = None
+        self.task: asyncio.Task | None = None
+        self.error: str | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{'slow' if self.slow else 'fast'} client {self.index} on {self.server}"
+
+    async def open(self, timeout: float) -> None:
+        capacity = SLOW_CAPACITY if self.slow else FAST_CAPACITY
+        uri = f"ws://{self.server}/feed?policy=newest&capacity={capacity}"
+        options: dict = dict(ping_interval=None, proxy=None, open_timeout=max(timeout, 0.1),
+                             close_timeout=2, max_size=None)
+        if self.slow:
+            host, port = split_host(self.server)
+            sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+            # Before connect, so the advertised window stays small.
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SLOW_RCVBUF)
+            sock.setblocking(False)
+            try:
+                await asyncio.wait_for(asyncio.get_running_loop().sock_connect(sock, (host, port)), max(timeout, 0.1))
+            except BaseException:
+                sock.close()
+                raise
+            options.update(sock=sock, max_queue=1, compression=None)
+        self.ws = await connect(uri, **options)
+        self.task = asyncio.create_task(self.read_loop())
+
+    async def read_loop(self) -> None:
+        assert self.ws is not None
+        try:
+            while True:
+                raw = await self.ws.recv()
+                now = time.time()
+                try:
+                    frame = json.loads(raw)
+                    kind = frame["type"]
+                except (ValueError, TypeError, KeyError):
+                    self.bad_frames.append(str(raw)[:80])
+                    continue
+                self.frames.append((now, frame))
+                if kind == "ready":
+                    self.ready.set()
+                elif kind == "message":
+                    self.on_message(now, frame)
+                elif kind == "gap":
+                    self.gaps.append(frame.get("dropped"))
+                elif kind == "online":
+                    self.online.append((now, frame.get("count")))
+                if self.slow and not self.drain.is_set():
+                    try:
+                        await asyncio.wait_for(self.drain.wait(), 1 / SLOW_READS_PER_SECOND)
+                    except asyncio.TimeoutError:
+                        pass
+        except ConnectionClosed as closed:
+            self.error = f"connection closed: {closed}"
+        except Exception as error:  # noqa: BLE001 - reported as a failed check
+            self.error = f"{type(error).__name__}: {error}"
+        finally:
+            self.ready.set()  # whoever waits for ready looks at self.error
+            self.done.set()
+
+    def on_message(self, now: float, frame: dict) -> None:
+        seq = frame.get("seq")
+        if isinstance(seq, int):
+            self.seqs.append(seq)
+        else:
+            self.bad_frames.append(f"seq {seq!r}")
+        body = frame.get("body")
+        try:
+            payload = json.loads(body) if isinstance(body, str) else None
+        except ValueError:
+            payload = None
+        if not isinstance(payload, dict) or payload.get("run") != self.run:
+            return  # a replay of an earlier run, or someone else's message
+        n = payload.get("n")
+        self.ns.append(n)
+        if frame.get("sent") != payload.get("sent"):
+            self.sent_mismatch.append(f"n={n}: frame sent {frame.get('sent')!r}, body sent {payload.get('sent')!r}")
+        elif isinstance(frame.get("sent"), (int, float)):
+            self.latencies_ms.append(now * 1000 - frame["sent"])
+        if n == self.last_n:
+            self.done.set()
+
+    async def close(self) -> None:
+        if self.ws is not None:
+            try:
+                await asyncio.wait_for(self.ws.close(), 5)
+            except Exception:  # noqa: BLE001 - closing at the end; the checks are done
+                pass
+        if self.task is not None:
+            self.task.cancel()
+
+
+def one_line(body: bytes) -> bool:
+    text = body.decode("utf-8", "replace").strip()
+    return text != "" and "\n" not in text
+
+
+async def check_bad_queries(servers: list[str], checks: Checks, deadline: Deadline) -> None:
+    for query in BAD_QUERIES:
+        problems = []
+        for server in servers:
+            try:
+                status, body = await asyncio.to_thread(http_request, server, "GET", f"/feed?{query}", None,
+                                                       deadline.left(10))
+                if status != 400:
+                    problems.append(f"{server} answered {status}")
+                elif not one_line(body):
+                    problems.append(f"{server}: 400 without a one-line reason: {body[:120]!r}")
+            except Exception as error:  # noqa: BLE001
+                problems.append(f"{server}: {type(error).__name__}: {error}")
+        checks.check(f"bad-query-http {query}", not problems, "; ".join(problems))
+
+        problems = []
+        for server in servers:
+            try:
+                ws = await connect(f"ws://{server}/feed?{query}", proxy=None, open_timeout=max(deadline.left(10), 0.1))
+                await ws.close()
+                problems.append(f"{server} accepted the upgrade")
+            except InvalidStatus as rejected:
+                if rejected.response.status_code != 400:
+                    problems.append(f"{server} rejected with {rejected.response.status_code}, not 400")
+            except Exception as error:  # noqa: BLE001
+                problems.append(f"{server}: {type(error).__name__}: {error}")
+        checks.check(f"bad-query-upgrade {query}", not problems, "; ".join(problems))
+
+
+async def get_stats(server: str, deadline: Deadline) -> dict:
+    status, body = await asyncio.to_thread(http_request, server, "GET", "/stats", None, deadline.left(10))
+    if status != 200:
+        raise ValueError(f"GET /stats answered {status}")
+    stats = json.loads(body)
+    missing = [key for key in STATS_KEYS if not isinstance(stats.get(key), (int, float))]
+    if missing:
+        raise ValueError(f"/stats lacks numeric {', '.join(missing)}: {body[:200]!r}")
+    return stats
+
+
+async def wait_all(events: list[asyncio.Event], timeout: float) -> bool:
+    if not events:
+        return True
+    try:
+        await asyncio.wait_for(asyncio.gather(*(event.wait() for event in events)), max(timeout, 0.01))
+        return True
+    except asyncio.TimeoutError:
+        return False
+
+
+def percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))]
+
+
+def summarize(problems: list[str], limit: int = 3) -> str:
+    more = f" (and {len(problems) - limit} more)" if len(problems) > limit else ""
+    return "; ".join(problems[:limit]) + more
+
+
+async def run(args: argparse.Namespace, checks: Checks) -> None:
+    deadline = Deadline(args.timeout)
+    servers = [s.strip() for s in args.servers.split(",") if s.strip()]
+    run_id = uuid.uuid4().hex[:12]
+    last_n = args.messages - 1
+
+    # 1. Bad input is refused before any upgrade, and the server keeps serving.
+    await check_bad_queries(servers, checks, deadline)
+    problems = []
+    for server in servers:
+        try:
+            await get_stats(server, deadline)
+        except Exception as error:  # noqa: BLE001
+            problems.append(f"{server}: {error}")
+    checks.check("serves-after-bad-queries", not problems, "; ".join(problems))
+
+    # 2. Connect everyone and wait for every `ready`.
+    clients = [Client(i, servers[i % len(servers)], False, run_id, last_n) for i in range(args.clients)]
+    clients += [Client(args.clients + i, servers[i % len(servers)], True, run_id, last_n) for i in range(args.slow)]
+    gate = asyncio.Semaphore(16)
+    connect_errors: list[str] = []
+
+    async def open_one(client: Client) -> None:
+        async with gate:
+            try:
+                await client.open(deadline.left(15))
+            except Exception as error:  # noqa: BLE001
+                client.error = f"connect: {type(error).__name__}: {error}"
+                connect_errors.append(f"{client.name}: {client.error}")
+                client.ready.set()
+                client.done.set()
+
+    started = time.monotonic()
+    try:
+        await asyncio.gather(*(open_one(client) for client in clients))
+        ready_in_time = await wait_all([c.ready for c in clients], deadline.left(30))
+        not_ready = [c.name + (f" ({c.error})" if c.error else "") for c in clients
+                     if not (c.frames and c.frames[0][1].get("type") == "ready")]
+        ok = ready_in_time and not not_ready
+        checks.check("ready", ok, "timed out waiting for ready; " * (not ready_in_time)
+                     + f"{len(not_ready)} of {len(clients)} without `ready` as first frame: {summarize(not_ready)}")
+        print(f"info: {len(clients)} clients ready in {time.monotonic() - started:.2f}s", flush=True)
+
+        problems = []
+        for server in servers:
+            ours = sum(1 for c in clients if c.server == server and c.ws is not None and c.error is None)
+            try:
+                stats = await get_stats(server, deadline)
+                if stats["subscribers"] < ours:
+                    problems.append(f"{server} reports {stats['subscribers']} subscribers, {ours} of ours are open")
+            except Exception as error:  # noqa: BLE001
+                problems.append(f"{server}: {error}")
+        checks.check("stats-subscribers", not problems, "; ".join(problems))
+
+        # 3. Publish, alternating between the servers, each POST after the previous one's 200.
+        publishers = [Publisher(server) for server in servers]
+        pad = base64.b64encode(os.urandom(args.pad * 3 // 4 + 1)).decode()[: args.pad]
+        publish_problems = []
+        published = 0
+        t0 = time.monotonic()
+        try:
+            for n in range(args.messages):
+                delay = t0 + n / args.rate - time.monotonic()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                if deadline.left() <= 0:
+                    publish_problems.append(f"timed out after {published} of {args.messages} publishes")
+                    break
+                body = json.dumps({"run": run_id, "n": n, "sent": int(time.time() * 1000), "pad": pad})
+                publisher = publishers[n % len(publishers)]
+                try:
+                    status = await asyncio.to_thread(publisher.post, body.encode(), deadline.left(10))
+                except Exception as error:  # noqa: BLE001
+                    publish_problems.append(f"n={n} via {publisher.server}: {type(error).__name__}: {error}")
+                    break
+                if status != 200:
+                    publish_problems.append(f"n={n} via {publisher.server}: HTTP {status}")
+                    break
+                published += 1
+        finally:
+            for publisher in publishers:
+                publisher.close()
+        elapsed = time.monotonic() - t0
+        checks.check("publish", not publish_problems, "; ".join(publish_problems))
+        print(f"info: published {published} messages in {elapsed:.2f}s ({published / max(elapsed, 1e-9):.0f}/s), "
+              f"bodies padded with {len(pad)} bytes", flush=True)
+
+        # 4. Wait for the fast clients, then let the slow ones read the rest at full speed.
+        fast = [c for c in clients if not c.slow]
+        slow = [c for c in clients if c.slow]
+        fast_in_time = await wait_all([c.done for c in fast], deadline.left())
+        for client in slow:
+            client.drain.set()
+        slow_in_time = await wait_all([c.done for c in slow], deadline.left())
+
+        # `online` arrives at most once a second: give the last count a moment to arrive.
+        def online_settled() -> bool:
+            for client in clients:
+                if client.error is None and not client.online:
+                    return False
+                ours = sum(1 for c in clients if c.server == client.server and c.error is None)
+                if not client.slow and client.error is None and client.online[-1][1] < ours:
+                    return False
+            return True
+
+        settle = Deadline(min(3.0, deadline.left()))
+        while not online_settled() and settle.left() > 0:
+            await asyncio.sleep(0.1)
+
+        # 5. The checks.
+        expected = list(range(published))
+        problems = []
+        for client in fast:
+            if client.error:
+                problems.append(f"{client.name}: {client.error}")
+            elif client.ns != expected:
+                missing = sorted(set(expected) - set(client.ns))
+                dupes = len(client.ns) - len(set(client.ns))
+                out_of_order = sum(1 for a, b in zip(client.ns, client.ns[1:]) if b <= a)
+                problems.append(f"{client.name}: got {len(client.ns)} of {published}, missing {missing[:5]}"
+                                f"{'...' if len(missing) > 5 else ''}, {dupes} duplicates, {out_of_order} out of order")
+        reason = ("timed out waiting for the last message; " if not fast_in_time else "") + summarize(problems)
+        checks.check("fast-all-in-order", fast_in_time and not problems, reason)
+
+        problems = [f"{c.name}: {len(c.gaps)} gap frames, dropped {c.gaps[-1]}" for c in fast if c.gaps]
+        checks.check("fast-no-gap", not problems, summarize(problems))
+
+        if len(servers) < 2:
+            checks.skip("cross-server", "only one server")
+        else:
+            problems = []
+            for server in servers:
+                others = {n for n in expected if servers[n % len(servers)] != server}
+                for client in fast:
+                    if client.server == server and not others <= set(client.ns):
+                        problems.append(f"{client.name} missed {len(others - set(client.ns))} of the "
+                                        f"{len(others)} messages published to the other server(s)")
+            checks.check("cross-server", not problems and published > len(servers), summarize(problems)
+                         or f"only {published} messages published")
+
+        problems = []
+        for client in clients:
+            bad = [(a, b) for a, b in zip(client.seqs, client.seqs[1:]) if b <= a]
+            if bad:
+                problems.append(f"{client.name}: seq {bad[0][0]} then {bad[0][1]} ({len(bad)} times)")
+        problems += [f"{c.name}: unreadable frames {c.bad_frames[:2]}" for c in clients if c.bad_frames]
+        checks.check("seq-increasing", not problems, summarize(problems))
+
+        problems = [f"{c.name}: {c.sent_mismatch[0]}" for c in clients if c.sent_mismatch]
+        checks.check("sent-copied", not problems, summarize(problems))
+
+        problems = []
+        for client in clients:
+            if any(not isinstance(d, int) or d <= 0 for d in client.gaps):
+                problems.append(f"{client.name}: gap frames {client.gaps[:5]}")
+            elif any(b <= a for a, b in zip(client.gaps, client.gaps[1:])):
+                problems.append(f"{client.name}: `dropped` not growing: {client.gaps[:8]}")
+        checks.check("gap-cumulative", not problems, summarize(problems))
+
+        if not slow:
+            checks.skip("slow-gap", "no slow clients")
+        else:
+            problems = []
+            for client in slow:
+                missed = published - len(set(client.ns))
+                out_of_order = sum(1 for a, b in zip(client.ns, client.ns[1:]) if b <= a)
+                if client.error:
+                    problems.append(f"{client.name}: {client.error}")
+                elif not client.gaps:
+                    problems.append(f"{client.name}: no gap frame, got {len(client.ns)} of {published}")
+                elif out_of_order:
+                    problems.append(f"{client.name}: {out_of_order} messages out of order")
+                elif client.gaps[-1] < missed:
+                    problems.append(f"{client.name}: missed {missed} messages, gap frames told of {client.gaps[-1]}")
+                print(f"info: {client.name}: got {len(client.ns)} of {published}, {len(client.gaps)} gap frames, "
+                      f"dropped {client.gaps[-1] if client.gaps else 0}", flush=True)
+            reason = ("timed out waiting for the slow clients' last message; " if not slow_in_time else "")
+            checks.check("slow-gap", slow_in_time and not problems, reason + summarize(problems))
+
+        problems = [] if any(c.error is None for c in clients) else ["no client stayed connected"]
+        for client in clients:
+            if client.error:
+                continue  # reported above
+            ours = sum(1 for c in clients if c.server == client.server and c.error is None)
+            counts = [count for _, count in client.online]
+            if not counts:
+                problems.append(f"{client.name}: no online frame")
+            elif any(not isinstance(count, int) or count < 1 for count in counts):
+                problems.append(f"{client.name}: online counts {counts[:5]}")
+            elif not client.slow and counts[-1] < ours:
+                problems.append(f"{client.name}: last online count {counts[-1]}, {ours} of ours are connected")
+        checks.check("online-count", not problems, summarize(problems))
+
+        problems = []
+        for client in fast:
+            times = [t for t, _ in client.online]
+            close = [b - a for a, b in zip(times, times[1:]) if b - a < 0.5]
+            if close:
+                problems.append(f"{client.name}: two online frames {min(close) * 1000:.0f} ms apart")
+        checks.check("online-rate", not problems, summarize(problems))
+
+        latencies = [ms for c in fast for ms in c.latencies_ms]
+        if latencies:
+            print(f"info: end-to-end latency over {len(latencies)} deliveries: p50 {percentile(latencies, 50):.1f} ms, "
+                  f"p99 {percentile(latencies, 99):.1f} ms, max {max(latencies):.1f} ms", flush=True)
+    finally:
+        await asyncio.gather(*(client.close() for client in clients), return_exceptions=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--servers", default="127.0.0.1:8080,127.0.0.1:8081",
+                        help="comma-separated HOST:PORT of the feed servers")
+    parser.add_argument("--clients", type=int, default=50, help="fast clients (policy newest, capacity 1024)")
+    parser.add_argument("--messages", type=int, default=200, help="messages to publish")
+    parser.add_argument("--rate", type=float, default=100, help="publishes per second")
+    parser.add_argument("--slow", type=int, default=1, help="slow clients (capacity 8, 10 reads a second)")
+    parser.add_argument("--pad", type=int, default=2000, help="bytes of incompressible padding per body")
+    parser.add_argument("--timeout", type=float, default=60, help="seconds for the whole run")
+    args = parser.parse_args()
+    if args.messages < 1 or args.rate <= 0 or args.clients < 0 or args.slow < 0 or args.pad < 0:
+        parser.error("--messages must be at least 1; --rate, --clients, --slow and --pad not negative")
+    if args.messages > FAST_CAPACITY:
+        print(f"warning: more than {FAST_CAPACITY} messages: a fast client that falls behind may drop", file=sys.stderr)
+
+    checks = Checks()
+    print(f"info: websockets {websockets.__version__}, servers {args.servers}, {args.clients} fast + {args.slow} slow "
+          f"clients, {args.messages} messages at {args.rate:g}/s", flush=True)
+
+    # Last resort if something blocks outside asyncio's timeouts.
+    def watchdog() -> None:
+        print(f"FAIL watchdog: still running {args.timeout + 30:.0f}s after the start", flush=True)
+        print(f"{checks.passed} passed, {checks.failed + 1} failed", flush=True)
+        os._exit(1)
+
+    timer = threading.Timer(args.timeout + 30, watchdog)
+    timer.daemon = True
+    timer.start()
+    try:
+        asyncio.run(asyncio.wait_for(run(args, checks), args.timeout + 15))
+    except asyncio.TimeoutError:
+        checks.check("finished", False, f"the run did not finish within {args.timeout + 15:.0f}s")
+    except Exception as error:  # noqa: BLE001
+        checks.check("finished", False, f"{type(error).__name__}: {error}")
+    timer.cancel()
+    print(f"{checks.passed} passed, {checks.failed} failed", flush=True)
+    return 1 if checks.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
