@@ -31,7 +31,7 @@ enum LivePage {
       ul { list-style: none; margin: 0; padding: 0; border-top: 1px solid var(--line); }
       li { padding: .4rem .2rem; border-bottom: 1px solid var(--line); font: 13px/1.4 ui-monospace, Menlo, Consolas, monospace;
            white-space: nowrap; overflow: hidden; text-overflow: ellipsis; }
-      li .seq { color: var(--muted); margin-right: .75rem; }
+      li .seq { display: inline-block; min-width: 4ch; margin-right: .75rem; text-align: right; color: var(--muted); }
     </style>
     </head>
     <body>

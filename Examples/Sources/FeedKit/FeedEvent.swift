@@ -1,0 +1,75 @@
+import Foundation
+import NIOCore
+
+/// One thing the feed carries to every connection.
+///
+/// A message's frame is encoded once, when the notification arrives, and the
+/// same bytes (a `ByteBuffer` shares its storage) are written to every
+/// connection: the per-connection cost is the write, not JSON encoding.
+public enum FeedEvent: Sendable {
+    case message(FeedMessage)
+    /// The LISTEN connection came back after an outage: notifications sent
+    /// while it was down are lost, so clients should fetch their state again.
+    case resync
+}
+
+public struct FeedMessage: Sendable {
+    /// Per server process, from 1, in the order the notifications arrived.
+    public let seq: Int
+    /// Epoch milliseconds: the publisher's `sent` if the payload carries one,
+    /// else when this process received the notification.
+    public let sent: Int64
+    public let body: String
+    /// `{"type":"message","seq":S,"sent":T,"body":"..."}`, encoded once.
+    public let frame: ByteBuffer
+
+    public init(seq: Int, payload: String, receivedAt now: Int64 = epochMilliseconds()) {
+        self.seq = seq
+        self.sent = Self.publisherTimestamp(in: payload) ?? now
+        self.body = payload
+        self.frame = ByteBuffer(string: #"{"type":"message","seq":\#(seq),"sent":\#(sent),"body":\#(jsonString(payload))}"#)
+    }
+
+    /// The payload's own `sent`, when the payload is a JSON object that has a
+    /// numeric one: the load tool stamps it, so latency is measured end to end.
+    static func publisherTimestamp(in payload: String) -> Int64? {
+        guard payload.first == "{", let data = payload.data(using: .utf8),
+              let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any],
+              let sent = object["sent"] as? Double, sent.isFinite, abs(sent) < 1e15
+        else { return nil }
+        return Int64(sent)
+    }
+}
+
+/// The frames that are not messages.
+public enum ControlFrame {
+    public static let ready = ByteBuffer(string: #"{"type":"ready"}"#)
+    public static let resync = ByteBuffer(string: #"{"type":"resync"}"#)
+    public static func gap(dropped: Int) -> ByteBuffer { ByteBuffer(string: #"{"type":"gap","dropped":\#(dropped)}"#) }
+    public static func online(count: Int) -> ByteBuffer { ByteBuffer(string: #"{"type":"online","count":\#(count)}"#) }
+}
+
+public func epochMilliseconds() -> Int64 {
+    var now = timespec()
+    clock_gettime(CLOCK_REALTIME, &now)
+    return Int64(now.tv_sec) * 1000 + Int64(now.tv_nsec) / 1_000_000
+}
+
+/// `s` as a JSON string literal, quotes included.
+public func jsonString(_ s: String) -> String {
+    var out = "\""
+    out.reserveCapacity(s.utf8.count + 2)
+    for scalar in s.unicodeScalars {
+        switch scalar {
+        case "\"": out += "\\\""
+        case "\\": out += "\\\\"
+        case "\n": out += "\\n"
+        case "\r": out += "\\r"
+        case "\t": out += "\\t"
+        case _ where scalar.value < 0x20:
+            out += "\\u" + String(repeating: "0", count: 4 - String(scalar.value, radix: 16).count) + String(scalar.value, radix: 16)
+        default: out.unicodeScalars.append(scalar)
+        }
+    }
+    return out + "\""
+}

@@ -1,0 +1,62 @@
+import AsyncBroadcast
+
+/// What a client asks for in `GET /feed?policy=P&capacity=N`.
+public struct FeedQuery: Sendable, Equatable {
+    public enum Policy: String, Sendable, CaseIterable {
+        case newest, oldest, bounded, unbounded
+    }
+    public var policy: Policy = .newest
+    public var capacity: Int = 64
+
+    public static let maximumCapacity = 1_000_000
+
+    public init(policy: Policy = .newest, capacity: Int = 64) {
+        self.policy = policy
+        self.capacity = capacity
+    }
+
+    /// Parses the query parameters. Every input the library would reject by
+    /// trapping (`.bounded(0)`, a negative capacity) is refused here, with a
+    /// one-line reason, before any subscription exists.
+    public init(parameters: [(name: String, value: String)]) throws(BadFeedQuery) {
+        for (name, value) in parameters {
+            switch name {
+            case "policy":
+                guard let policy = Policy(rawValue: value) else {
+                    throw BadFeedQuery("unknown policy '\(value)': use newest, oldest, bounded or unbounded")
+                }
+                self.policy = policy
+            case "capacity":
+                guard let capacity = Int(value) else {
+                    throw BadFeedQuery("capacity '\(value)' is not an integer")
+                }
+                guard capacity >= 0 else { throw BadFeedQuery("capacity \(capacity) is negative") }
+                guard capacity <= Self.maximumCapacity else {
+                    throw BadFeedQuery("capacity \(capacity) is above \(Self.maximumCapacity)")
+                }
+                self.capacity = capacity
+            default:
+                continue  // unknown parameters are ignored, as browsers add their own
+            }
+        }
+        if policy == .bounded && capacity == 0 {
+            throw BadFeedQuery("capacity 0 with policy bounded: a bounded subscriber needs room for at least one element")
+        }
+    }
+
+    /// The library's policy for this query.
+    public var bufferingPolicy: BroadcastBufferingPolicy {
+        switch policy {
+        case .newest: .bufferingNewest(capacity)
+        case .oldest: .bufferingOldest(capacity)
+        case .bounded: .bounded(capacity)
+        case .unbounded: .unbounded
+        }
+    }
+}
+
+public struct BadFeedQuery: Error, Sendable, Equatable, CustomStringConvertible {
+    public let reason: String
+    public init(_ reason: String) { self.reason = reason }
+    public var description: String { reason }
+}

@@ -1,0 +1,51 @@
+import Foundation
+import Synchronization
+
+/// What `GET /stats` reports. Counters only: the connections update them
+/// with relaxed atomics, off every lock.
+public final class ServerStats: Sendable {
+    public let subscribers = Atomic<Int>(0)
+    public let delivered = Atomic<Int>(0)
+    public let dropped = Atomic<Int>(0)
+    public let evicted = Atomic<Int>(0)
+    public let connectionsTotal = Atomic<Int>(0)
+
+    public init() {}
+
+    public enum Counter: Sendable { case subscribers, delivered, dropped, evicted, connectionsTotal }
+
+    public func add(_ counter: Counter, _ n: Int = 1) {
+        switch counter {
+        case .subscribers: subscribers.add(n, ordering: .relaxed)
+        case .delivered: delivered.add(n, ordering: .relaxed)
+        case .dropped: dropped.add(n, ordering: .relaxed)
+        case .evicted: evicted.add(n, ordering: .relaxed)
+        case .connectionsTotal: connectionsTotal.add(n, ordering: .relaxed)
+        }
+    }
+
+    /// The JSON body of `GET /stats`.
+    public func json(hub: String, listening: Bool) -> String {
+        let (rss, cpu) = Self.processUsage()
+        return """
+        {"hub":"\(hub)","listening":\(listening),"subscribers":\(subscribers.load(ordering: .relaxed)),\
+        "connectionsTotal":\(connectionsTotal.load(ordering: .relaxed)),\
+        "delivered":\(delivered.load(ordering: .relaxed)),"dropped":\(dropped.load(ordering: .relaxed)),\
+        "evicted":\(evicted.load(ordering: .relaxed)),"rssBytes":\(rss),"cpuSeconds":\(cpu)}
+        """
+    }
+
+    /// Resident set size (from /proc/self/statm) and user+system CPU seconds.
+    public static func processUsage() -> (rssBytes: Int, cpuSeconds: Double) {
+        var rss = 0
+        if let statm = try? String(contentsOfFile: "/proc/self/statm", encoding: .utf8) {
+            let fields = statm.split(separator: " ")
+            if fields.count > 1, let pages = Int(fields[1]) { rss = pages * Int(sysconf(Int32(_SC_PAGESIZE))) }
+        }
+        var usage = rusage()
+        getrusage(__rusage_who_t(RUSAGE_SELF.rawValue), &usage)
+        let cpu = Double(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec)
+            + Double(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1_000_000
+        return (rss, (cpu * 1000).rounded() / 1000)
+    }
+}

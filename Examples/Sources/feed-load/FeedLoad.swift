@@ -1,0 +1,78 @@
+import ArgumentParser
+import FeedKit
+import Foundation
+
+@main
+struct FeedLoad: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "feed-load",
+        abstract: "Load-tests feed-server processes with WebSocket clients and checks what they received.",
+        discussion: """
+        For each connection count: a run with fast clients only, then a run with --slow of \
+        them reading 10 messages a second. Prints each run, a table, the checks, and \
+        'N passed, N failed' last; exits 1 if a check failed.
+        """)
+
+    @Option(help: "host:port of each server, comma-separated; connections and publishes alternate between them.")
+    var servers: String = "127.0.0.1:8080"
+
+    @Option(help: "Connection counts, comma-separated: one pair of runs per count.")
+    var connections: String = "100"
+
+    @Option(help: "Messages published per second (POST /publish, alternating servers).")
+    var rate: Int = 100
+
+    @Option(help: "Seconds of publishing per run.")
+    var seconds: Int = 20
+
+    @Option(help: "Share of the connections that are slow, e.g. 5%.")
+    var slow: String = "5%"
+
+    @Option(help: "The hub the servers run (checked against /stats): broadcast, lock-stream, actor-channel.")
+    var hub: String = "broadcast"
+
+    @Option(help: "The fast clients' policy capacity (newest).")
+    var fastCapacity: Int = 1024
+
+    @Option(help: "The slow clients' query.")
+    var slowQuery: String = "policy=newest&capacity=64"
+
+    @Option(help: "Bytes of padding in each published body (a real message is rarely 60 bytes).")
+    var payloadBytes: Int = 256
+
+    @Flag(help: "A short run for CI: 8 s of publishing per run.")
+    var smoke = false
+
+    @Option(help: "Write the report (markdown) to this file as well.")
+    var report: String?
+
+    func run() async throws {
+        let addresses = servers.split(separator: ",").map(String.init)
+        let counts = connections.split(separator: ",").compactMap { Int($0.trimmingCharacters(in: .whitespaces)) }
+        guard !addresses.isEmpty, !counts.isEmpty else { throw ValidationError("--servers and --connections need at least one value") }
+        guard let slowShare = Double(slow.replacingOccurrences(of: "%", with: "")).map({ $0 / 100 }), slowShare >= 0, slowShare < 1 else {
+            throw ValidationError("--slow must look like 5%")
+        }
+        let options = LoadOptions(
+            servers: addresses, rate: rate, seconds: smoke ? min(seconds, 8) : seconds,
+            hub: hub, fastCapacity: fastCapacity, slowQuery: slowQuery, payloadBytes: payloadBytes)
+        var checks = Checks()
+        var report = Report(options: options)
+        for count in counts {
+            let slowCount = slowShare > 0 ? max(1, Int((Double(count) * slowShare).rounded())) : 0
+            let baseline = try await LoadRun(options: options, fast: count, slow: 0).execute()
+            report.add(baseline)
+            baseline.check(into: &checks, baseline: nil)
+            if slowCount > 0 {
+                let withSlow = try await LoadRun(options: options, fast: count - slowCount, slow: slowCount).execute()
+                report.add(withSlow)
+                withSlow.check(into: &checks, baseline: baseline)
+            }
+        }
+        let text = report.markdown()
+        print(text)
+        if let path = self.report { try text.write(toFile: path, atomically: true, encoding: .utf8) }
+        checks.printAll()
+        if checks.failed > 0 { throw ExitCode(1) }
+    }
+}

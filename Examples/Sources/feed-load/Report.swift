@@ -1,0 +1,123 @@
+import Foundation
+
+struct Checks {
+    var passed = 0
+    var failed = 0
+    var lines: [String] = []
+
+    mutating func check(_ name: String, _ ok: Bool, _ detail: @autoclosure () -> String = "") {
+        if ok { passed += 1; lines.append("PASS \(name)") }
+        else { failed += 1; lines.append("FAIL \(name): \(detail())") }
+    }
+
+    func printAll() {
+        for line in lines { print(line) }
+        print("\(passed) passed, \(failed) failed")
+    }
+}
+
+extension LoadRun.Result {
+    var label: String { "\(options.hub) \(fast + slow) conns\(slow > 0 ? " (\(slow) slow)" : "")" }
+    var fastRecords: [ClientRecord] { records.filter { !$0.isSlow } }
+    var slowRecords: [ClientRecord] { records.filter(\.isSlow) }
+
+    /// Latency percentiles over every message every fast client received, in ms.
+    var latency: (p50: Double, p99: Double, p999: Double, max: Double) {
+        var all = fastRecords.flatMap(\.latenciesMicros)
+        guard !all.isEmpty else { return (.nan, .nan, .nan, .nan) }
+        all.sort()
+        func at(_ q: Double) -> Double { Double(all[min(all.count - 1, Int(Double(all.count) * q))]) / 1000 }
+        return (at(0.5), at(0.99), at(0.999), Double(all.last!) / 1000)
+    }
+
+    var connectP99: Double {
+        let times = records.compactMap(\.connectTime).map(\.seconds).sorted()
+        guard !times.isEmpty else { return .nan }
+        return times[min(times.count - 1, Int(Double(times.count) * 0.99))] * 1000
+    }
+
+    var delivered: Int { records.reduce(0) { $0 + $1.received } }
+    var deliveredPerSecond: Double { Double(delivered) / deliverySeconds }
+    var rssGrowthBytes: [Int] { zip(statsConnected, statsAfter).map { $1.rssBytes - $0.rssBytes } }
+    var memoryPerConnection: Double {
+        let grown = zip(statsBefore, statsConnected).reduce(0) { $0 + $1.1.rssBytes - $1.0.rssBytes }
+        return Double(grown) / Double(max(1, fast + slow))
+    }
+    var cpuSeconds: Double { zip(statsConnected, statsAfter).reduce(0) { $0 + $1.1.cpuSeconds - $1.0.cpuSeconds } }
+
+    func check(into checks: inout Checks, baseline: LoadRun.Result?) {
+        let name = label
+        let total = fast + slow
+        let errors = records.compactMap(\.error)
+        checks.check("\(name): every client connected and got ready", readyCount == total && errors.isEmpty,
+                     "\(readyCount) of \(total) ready; errors: \(Set(errors).prefix(3))")
+        checks.check("\(name): /stats counted all \(total) connections", allConnectedSeen,
+                     "subscribers \(statsConnected.map(\.subscribers))")
+        checks.check("\(name): /stats reports hub \(options.hub)", statsBefore.allSatisfy { $0.hub == options.hub },
+                     "servers report \(statsBefore.map(\.hub))")
+        checks.check("\(name): every publish returned 200", publishFailures == 0, "\(publishFailures) of \(published) failed")
+        let incomplete = fastRecords.filter { $0.received != published || $0.skipped > 0 || $0.outOfOrder > 0 }
+        checks.check("\(name): every fast client got all \(published) messages in order", incomplete.isEmpty,
+                     "\(incomplete.count) of \(fastRecords.count) did not; first: received \(incomplete.first?.received ?? 0), skipped \(incomplete.first?.skipped ?? 0), out of order \(incomplete.first?.outOfOrder ?? 0)")
+        let gapped = fastRecords.filter { $0.gaps > 0 }
+        checks.check("\(name): no fast client saw a gap", gapped.isEmpty, "\(gapped.count) did")
+        let seqBroken = records.filter { $0.seqViolations > 0 }
+        checks.check("\(name): seq increases on every connection", seqBroken.isEmpty, "\(seqBroken.count) connections")
+        if options.servers.count > 1 {
+            // Every fast client, on every server, got messages published through every server.
+            let crossed = fastRecords.allSatisfy { record in record.viaCount.allSatisfy { $0 > 0 } }
+            checks.check("\(name): messages published to each server reached clients of every server", crossed,
+                         "via counts \(fastRecords.first.map { "\($0.viaCount)" } ?? "-")")
+        }
+        checks.check("\(name): online frames showed the count", fastRecords.allSatisfy { $0.maxOnline >= 1 },
+                     "\(fastRecords.filter { $0.maxOnline < 1 }.count) clients saw none")
+        guard slow > 0 else { return }
+        let noGap = slowRecords.filter { $0.gaps == 0 && $0.closeCode == nil }
+        checks.check("\(name): every slow client saw a gap (or was evicted)", noGap.isEmpty,
+                     "\(noGap.count) of \(slow) saw no gap; slow clients received \(slowRecords.map(\.received)), errors \(slowRecords.compactMap(\.error))")
+        if let baseline {
+            // Within 2x of the run without slow clients. Below 10 ms the
+            // difference is scheduling noise of a 2-core machine running
+            // servers, database and clients at once, so 10 ms is the floor.
+            let limit = 2 * Swift.max(baseline.latency.p99, 10)
+            checks.check("\(name): fast clients' p99 within 2x of the run without slow clients", latency.p99 <= limit,
+                         String(format: "p99 %.1f ms, limit %.1f ms (baseline p99 %.1f ms)", latency.p99, limit, baseline.latency.p99))
+        }
+        let growth = rssGrowthBytes.max() ?? 0
+        checks.check("\(name): server memory grew less than 10 MB over the run", growth < 10_000_000,
+                     String(format: "grew %.1f MB", Double(growth) / 1e6))
+    }
+}
+
+struct Report {
+    let options: LoadOptions
+    var results: [LoadRun.Result] = []
+
+    mutating func add(_ result: LoadRun.Result) {
+        results.append(result)
+        let l = result.latency
+        print(String(format: "%@: delivered/s %.0f, latency p50 %.2f p99 %.2f p99.9 %.2f max %.2f ms, connect p99 %.1f ms, gaps fast %d slow %d, mem/conn %.1f KB, CPU %.2f s, RSS growth %.1f MB",
+                     result.label, result.deliveredPerSecond, l.p50, l.p99, l.p999, l.max, result.connectP99,
+                     result.fastRecords.reduce(0) { $0 + $1.gaps }, result.slowRecords.reduce(0) { $0 + $1.gaps },
+                     result.memoryPerConnection / 1024, result.cpuSeconds, Double(result.rssGrowthBytes.max() ?? 0) / 1e6))
+    }
+
+    func markdown() -> String {
+        var lines = [
+            "",
+            "| hub | conns | slow | delivered/s | p50 ms | p99 ms | p99.9 ms | max ms | connect p99 ms | gaps fast/slow | slow evicted | mem/conn KB | server CPU s | RSS growth MB |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        ]
+        for r in results {
+            let l = r.latency
+            lines.append(String(format: "| %@ | %d | %d | %.0f | %.2f | %.2f | %.2f | %.2f | %.1f | %d/%d | %d | %.1f | %.2f | %.1f |",
+                                r.options.hub, r.fast + r.slow, r.slow, r.deliveredPerSecond, l.p50, l.p99, l.p999, l.max,
+                                r.connectP99, r.fastRecords.reduce(0) { $0 + $1.gaps }, r.slowRecords.reduce(0) { $0 + $1.gaps },
+                                r.slowRecords.filter { $0.closeCode != nil }.count,
+                                r.memoryPerConnection / 1024, r.cpuSeconds, Double(r.rssGrowthBytes.max() ?? 0) / 1e6))
+        }
+        lines.append("")
+        lines.append("\(options.servers.count) server(s), \(options.rate) messages/s for \(options.seconds) s per run; latency: publisher's clock to the fast clients' receipt, every message.")
+        return lines.joined(separator: "\n")
+    }
+}
