@@ -10,12 +10,13 @@ VENV=${FEED_VENV:-$HERE/../.venv}
 PYTHON=${PYTHON:-python3}
 REQ=$HERE/requirements.txt
 
-if [[ ! -x $VENV/bin/python ]]; then
-    timeout 120 "$PYTHON" -m venv "$VENV"
-fi
-# Skip pip when the installed set already matches the pins.
 STAMP=$VENV/.feed-requirements
-if [[ -f $STAMP ]] && cmp -s "$STAMP" "$REQ"; then
+if [[ ! -x $VENV/bin/python ]] || ! "$VENV/bin/python" -c '' 2>/dev/null; then
+    rm -f "$STAMP"
+    timeout 120 "$PYTHON" -m venv --clear "$VENV"
+fi
+# Skip pip when the installed set already matches the pins and imports.
+if [[ -f $STAMP ]] && cmp -s "$STAMP" "$REQ" && "$VENV/bin/python" -c 'import websockets, selenium' 2>/dev/null; then
     exit 0
 fi
 timeout 600 "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -r "$REQ"

@@ -12,7 +12,9 @@ messages with POST /publish, alternating between the servers, one after the othe
 --rate a second. Each body is a JSON object {"run": ID, "n": i, "sent": epoch ms, "pad": ...}:
 the run id tells this run's messages from a replayed one of an earlier run, and the pad
 (--pad bytes, incompressible) makes the slow clients outgrow the kernel's socket buffers,
-so that the server's subscription policy, not TCP, has to absorb them.
+so that the server's subscription policy, not TCP, has to absorb them. The fast clients'
+p99 end-to-end latency (publisher's `sent` to receipt) must stay under --max-p99-ms:
+a slow client must not hold the others back.
 
 Prints `PASS name` or `FAIL name: reason` per check and `N passed, N failed` last;
 exits 1 if any check failed. Every wait is bounded by --timeout (whole run).
@@ -344,8 +346,9 @@ async def run(args: argparse.Namespace, checks: Checks) -> None:
     try:
         await asyncio.gather(*(open_one(client) for client in clients))
         ready_in_time = await wait_all([c.ready for c in clients], deadline.left(30))
-        not_ready = [c.name + (f" ({c.error})" if c.error else "") for c in clients
-                     if not (c.frames and c.frames[0][1].get("type") == "ready")]
+        not_ready = [c.name + (f" ({c.error})" if c.error else
+                               f" (first frame {c.frames[0][1].get('type')!r})" if c.frames else " (no frame)")
+                     for c in clients if not (c.frames and c.frames[0][1].get("type") == "ready")]
         ok = ready_in_time and not not_ready
         checks.check("ready", ok, "timed out waiting for ready; " * (not ready_in_time)
                      + f"{len(not_ready)} of {len(clients)} without `ready` as first frame: {summarize(not_ready)}")
@@ -511,8 +514,13 @@ async def run(args: argparse.Namespace, checks: Checks) -> None:
 
         latencies = [ms for c in fast for ms in c.latencies_ms]
         if latencies:
+            p99 = percentile(latencies, 99)
             print(f"info: end-to-end latency over {len(latencies)} deliveries: p50 {percentile(latencies, 50):.1f} ms, "
-                  f"p99 {percentile(latencies, 99):.1f} ms, max {max(latencies):.1f} ms", flush=True)
+                  f"p99 {p99:.1f} ms, max {max(latencies):.1f} ms", flush=True)
+            if args.max_p99_ms > 0:
+                # A slow client must not hold the others back (a hub that waits for each client would).
+                checks.check("fast-latency", p99 <= args.max_p99_ms,
+                             f"fast clients' p99 end-to-end latency {p99:.0f} ms is above {args.max_p99_ms:g} ms")
     finally:
         await asyncio.gather(*(client.close() for client in clients), return_exceptions=True)
 
@@ -526,6 +534,8 @@ def main() -> int:
     parser.add_argument("--rate", type=float, default=100, help="publishes per second")
     parser.add_argument("--slow", type=int, default=1, help="slow clients (capacity 8, 10 reads a second)")
     parser.add_argument("--pad", type=int, default=2000, help="bytes of incompressible padding per body")
+    parser.add_argument("--max-p99-ms", type=float, default=2000,
+                        help="fail if the fast clients' p99 end-to-end latency is above this (0: no check)")
     parser.add_argument("--timeout", type=float, default=60, help="seconds for the whole run")
     args = parser.parse_args()
     if args.messages < 1 or args.rate <= 0 or args.clients < 0 or args.slow < 0 or args.pad < 0:
