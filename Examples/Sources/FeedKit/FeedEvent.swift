@@ -33,9 +33,11 @@ public struct FeedMessage: Sendable {
     /// The payload's own `sent`, when the payload is a JSON object that has a
     /// numeric one: the load tool stamps it, so latency is measured end to end.
     static func publisherTimestamp(in payload: String) -> Int64? {
-        guard payload.first == "{", let data = payload.data(using: .utf8),
-              let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any],
-              let sent = object["sent"] as? Double, sent.isFinite, abs(sent) < 1e15
+        // JSONDecoder, not JSONSerialization: the latter turns `true` into 1.
+        struct Stamp: Decodable { let sent: Double }
+        guard payload.first == "{",
+              let sent = try? JSONDecoder().decode(Stamp.self, from: Data(payload.utf8)).sent,
+              sent.isFinite, abs(sent) < 1e15
         else { return nil }
         return Int64(sent)
     }
