@@ -78,7 +78,8 @@ final class ClientRecord: @unchecked Sendable {
                 }
             } else if bytes.starts(with: Prefix.gap) {
                 gaps += 1
-                dropped += intAfter(Prefix.dropped, in: bytes) ?? 0
+                // The frame carries the subscription's drop count so far.
+                dropped = max(dropped, intAfter(Prefix.dropped, in: bytes) ?? 0)
             } else if bytes.starts(with: Prefix.online) {
                 maxOnline = max(maxOnline, intAfter(Prefix.count, in: bytes) ?? 0)
             } else if bytes.starts(with: Prefix.ready) {

@@ -41,6 +41,9 @@ struct FeedServer: AsyncParsableCommand {
         logger.logLevel = Logger.Level(rawValue: logLevel) ?? .info
         let target: PostgresTarget
         do { target = try PostgresTarget(url: postgres) } catch { throw ValidationError(error.reason) }
+        if !FaultInjection.fault.isEmpty {
+            logger.warning("FEED_SERVER_FAULT=\(FaultInjection.fault): a deliberate fault is on; this server is wrong on purpose")
+        }
         let sequence = Sequencer()
         let settings = ServerSettings(host: host, port: port, sendBufferBytes: sendBufferBytes, target: target, logger: logger)
         switch hub {

@@ -1,0 +1,175 @@
+#!/usr/bin/env python3
+"""Checks the feed's life cycle against one freshly started feed-server (broadcast hub).
+
+    Examples/.venv/bin/python Examples/clients/lifecycle_check.py \\
+        --server 127.0.0.1:8080 --postgres postgres://postgres@127.0.0.1:5432/feed \\
+        --pause Examples/scripts/pg-pause.sh
+
+In order, each a check:
+  1. before the first client, no connection named feed-server-listen is in pg_stat_activity;
+  2. a client gets `ready` first, and then LISTEN is there;
+  3. a message published after `ready` reaches it;
+  4. a second client first gets that message again (replay), with the same seq;
+  5. with PostgreSQL stopped (--pause stop), POST /publish answers 503, and the server keeps serving /stats;
+  6. with it started again, `resync` reaches both clients within 30 s;
+  7. a message published after `resync` reaches both clients;
+  8. after the last client leaves, the LISTEN connection is still there 3 s later and gone within 12 s.
+Prints PASS/FAIL lines and `N passed, N failed` last; exits 1 if any failed.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import http.client
+import json
+import subprocess
+import sys
+import time
+import uuid
+
+from websockets.asyncio.client import connect
+
+
+class Checks:
+    def __init__(self) -> None:
+        self.passed = 0
+        self.failed = 0
+
+    def check(self, name: str, ok: bool, reason: str = "") -> bool:
+        if ok:
+            self.passed += 1
+            print(f"PASS {name}", flush=True)
+        else:
+            self.failed += 1
+            print(f"FAIL {name}: {' '.join(reason.split())}", flush=True)
+        return ok
+
+
+def listen_connections(postgres: str) -> int:
+    out = subprocess.run(
+        ["psql", postgres, "-Atc",
+         "select count(*) from pg_stat_activity where application_name = 'feed-server-listen'"],
+        capture_output=True, text=True, timeout=20)
+    if out.returncode != 0:
+        raise RuntimeError(f"psql failed: {out.stderr.strip()}")
+    return int(out.stdout.strip() or "0")
+
+
+def request(server: str, method: str, path: str, body: str | None = None) -> tuple[int, str]:
+    host, port = server.split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=15)
+    try:
+        conn.request(method, path, body=body.encode() if body is not None else None)
+        response = conn.getresponse()
+        return response.status, response.read().decode()
+    finally:
+        conn.close()
+
+
+async def next_frame(ws, timeout: float) -> dict:
+    return json.loads(await asyncio.wait_for(ws.recv(), timeout))
+
+
+async def wait_for(ws, predicate, timeout: float) -> dict | None:
+    """The first frame that satisfies predicate within timeout (other frames are skipped)."""
+    deadline = time.monotonic() + timeout
+    while (left := deadline - time.monotonic()) > 0:
+        try:
+            frame = await next_frame(ws, left)
+        except asyncio.TimeoutError:
+            return None
+        if predicate(frame):
+            return frame
+    return None
+
+
+def is_message(body: str):
+    return lambda f: f.get("type") == "message" and f.get("body") == body
+
+
+async def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--server", required=True)
+    parser.add_argument("--postgres", required=True)
+    parser.add_argument("--pause", required=True, help="pg-pause.sh")
+    args = parser.parse_args()
+    checks = Checks()
+    run = uuid.uuid4().hex[:8]
+    url = f"ws://{args.server}/feed?policy=newest&capacity=64"
+
+    checks.check("no LISTEN connection before the first client", listen_connections(args.postgres) == 0,
+                 f"{listen_connections(args.postgres)} found")
+
+    async with connect(url, open_timeout=15) as first:
+        frame = await next_frame(first, 30)
+        checks.check("ready is the first frame", frame.get("type") == "ready", f"first frame {frame}")
+        checks.check("LISTEN connection exists once a client is ready", listen_connections(args.postgres) >= 1)
+
+        body_a = json.dumps({"run": run, "n": "a"})
+        status, _ = request(args.server, "POST", "/publish", body_a)
+        got = await wait_for(first, is_message(body_a), 10)
+        checks.check("a message published after ready arrives", status == 200 and got is not None,
+                     f"publish status {status}, frame {got}")
+
+        async with connect(url, open_timeout=15) as second:
+            frames = [await next_frame(second, 10)]
+            replay = await wait_for(second, lambda f: f.get("type") == "message", 10)
+            checks.check("a new client gets the last message again, same seq",
+                         frames[0].get("type") == "ready" and replay is not None and got is not None
+                         and replay.get("body") == body_a and replay.get("seq") == got.get("seq"),
+                         f"first {frames[0]}, then {replay}, original {got}")
+
+            subprocess.run(["bash", args.pause, "stop"], check=True, timeout=60, capture_output=True)
+            try:
+                status, text = request(args.server, "POST", "/publish", json.dumps({"run": run, "n": "lost"}))
+                stats_status, _ = request(args.server, "GET", "/stats")
+                checks.check("publish answers 503 while PostgreSQL is down; the server keeps serving",
+                             status == 503 and stats_status == 200, f"publish {status} {text!r}, stats {stats_status}")
+            finally:
+                subprocess.run(["bash", args.pause, "start"], check=True, timeout=60, capture_output=True)
+            came_back = time.monotonic()
+            r1 = await wait_for(first, lambda f: f.get("type") == "resync", 30)
+            r2 = await wait_for(second, lambda f: f.get("type") == "resync", max(1, 30 - (time.monotonic() - came_back)))
+            checks.check("resync reaches every client within 30 s of PostgreSQL's return",
+                         r1 is not None and r2 is not None,
+                         f"first {'got' if r1 else 'missed'} it, second {'got' if r2 else 'missed'} it")
+
+            body_b = json.dumps({"run": run, "n": "b"})
+            deadline = time.monotonic() + 15
+            while (status := request(args.server, "POST", "/publish", body_b)[0]) != 200 and time.monotonic() < deadline:
+                await asyncio.sleep(0.5)
+            g1 = await wait_for(first, is_message(body_b), 10)
+            g2 = await wait_for(second, is_message(body_b), 10)
+            checks.check("after resync, new messages reach every client", g1 is not None and g2 is not None,
+                         f"publish {status}; first {g1}, second {g2}")
+
+    # Both clients are gone: the LISTEN stays for 5 s, then goes.
+    left = time.monotonic()
+    await asyncio.sleep(3)
+    still = listen_connections(args.postgres)
+    gone_after = None
+    while time.monotonic() - left < 12:
+        if listen_connections(args.postgres) == 0:
+            gone_after = time.monotonic() - left
+            break
+        await asyncio.sleep(0.25)
+    checks.check("LISTEN outlives the last client by about 5 s, then goes (stopAfter)",
+                 still >= 1 and gone_after is not None,
+                 f"at 3 s: {still} connection(s); gone after {gone_after} s")
+    print(f"  (LISTEN gone {gone_after:.1f} s after the last client left)" if gone_after else "")
+
+    print(f"{checks.passed} passed, {checks.failed} failed")
+    return 0 if checks.failed == 0 else 1
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(asyncio.run(asyncio.wait_for(main(), 180)))
+    except asyncio.TimeoutError:
+        print("FAIL lifecycle check: timed out after 180 s")
+        print("0 passed, 1 failed")
+        sys.exit(1)
+    except Exception as error:  # a refused connection, a closed socket: a failure, said in one line
+        print(f"FAIL lifecycle check: {type(error).__name__}: {' '.join(str(error).split())}")
+        print("0 passed, 1 failed")
+        sys.exit(1)
