@@ -150,6 +150,12 @@ public actor Publisher {
         }
     }
 
+    /// Closes the connection; PostgresNIO requires it before release.
+    public func shutdown() async {
+        try? await connection?.close()
+        connection = nil
+    }
+
     private func connected() async throws -> PostgresConnection {
         if let connection, !connection.isClosed { return connection }
         connectionID += 1

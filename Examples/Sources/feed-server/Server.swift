@@ -105,4 +105,6 @@ func serve<Hub: FeedHub>(hub: Hub, _ settings: ServerSettings) async throws {
             if applicationEnded { group.cancelAll(); break }
         }
     }
+    await hub.shutdown()
+    await publisher.shutdown()
 }

@@ -27,4 +27,11 @@ public protocol FeedHub: Sendable {
     /// LISTEN from start-up; the broadcast hub starts nothing here: its
     /// sequence starts and stops the LISTEN with its subscribers).
     func run() async
+    /// Ends every subscription and closes the hub's database connections,
+    /// returning once they are closed. Called after the server stopped.
+    func shutdown() async
+}
+
+extension FeedHub {
+    public func shutdown() async {}
 }

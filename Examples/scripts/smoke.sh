@@ -1,0 +1,168 @@
+#!/usr/bin/env bash
+# The example's whole check in one command, as CI runs it:
+#
+#   bash Examples/scripts/smoke.sh
+#
+# Builds Examples/ in debug and runs its unit tests, starts a throwaway
+# PostgreSQL (pg-up.sh) and feed-server processes on free ports, then runs:
+#   - lifecycle_check.py against a fresh server: LISTEN only while clients are
+#     there (and 5 s after), replay, a PostgreSQL outage (503, then resync);
+#   - feed-load --smoke across two servers: 50 connections, without and with
+#     slow clients;
+#   - ws_check.py (Python websockets): 50 clients and a slow one on both servers;
+#   - browser_check.py: the live page in headless Chromium (installed if missing);
+#   - two deliberate faults that feed-load must catch: a server that skips
+#     `gap` frames, and the actor-channel hub, where one slow client holds
+#     everyone back.
+# Stops everything it started, by PID, even on failure. Every step has a time
+# limit. Prints `N passed, N failed` last (the sum over every check it ran)
+# and exits 1 if anything failed.
+set -uo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$HERE"
+WORK=$(mktemp -d /tmp/feed-smoke.XXXXXX)
+export PG_STATE=$WORK/pg.env
+PIDS=()
+declare -A SERVER_PID
+passed=0
+failed=0
+started=$(date +%s)
+
+cleanup() {
+    for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null; done
+    for pid in "${PIDS[@]}"; do
+        for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+        kill -9 "$pid" 2>/dev/null
+    done
+    [[ -f $PG_STATE ]] && timeout 120 bash scripts/pg-down.sh >/dev/null 2>&1
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+step() { echo; echo "=== $* (t+$(( $(date +%s) - started ))s)"; }
+fail_now() {  # an infrastructure step failed: nothing after it can run
+    echo "smoke: $*" >&2
+    failed=$((failed + 1))
+    echo "$passed passed, $failed failed"
+    exit 1
+}
+# tally LOG: adds the counts of the log's last "N passed, N failed" line
+# (a tool that died before printing it counts as one failure).
+tally() {
+    local line
+    line=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$1" | tail -1)
+    if [[ -z $line ]]; then
+        echo "smoke: $(basename "$1") printed no summary: counted as 1 failure" >&2
+        failed=$((failed + 1))
+        return
+    fi
+    passed=$((passed + ${line%% passed*}))
+    local f=${line#*, }
+    failed=$((failed + ${f%% failed}))
+}
+# run NAME SECONDS command...: runs a checker, shows its FAIL lines and summary, tallies it.
+run() {
+    local name=$1 seconds=$2; shift 2
+    local log=$WORK/$name.log
+    timeout --kill-after=10 "$seconds" "$@" >"$log" 2>&1
+    local status=$?
+    [[ $status -eq 124 || $status -eq 137 ]] && echo "smoke: $name timed out after ${seconds}s" | tee -a "$log"
+    grep -E '^(FAIL|[0-9]+ passed)' "$log" || tail -20 "$log"
+    tally "$log"
+    if [[ $status -ne 0 ]] && ! grep -q '^FAIL' "$log"; then
+        tail -20 "$log"
+        failed=$((failed + 1))  # it failed without saying which check
+    fi
+}
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
+# start_server PORT HUB [ENV=VALUE...]: starts a feed-server, waits until /stats answers.
+start_server() {
+    local port=$1 hub=$2; shift 2
+    env "$@" .build/debug/feed-server --port "$port" --postgres "$FEED_POSTGRES" --hub "$hub" \
+        >"$WORK/server-$port.log" 2>&1 &
+    PIDS+=($!)
+    SERVER_PID[$port]=$!
+    for _ in $(seq 300); do
+        curl -sf "http://127.0.0.1:$port/stats" >/dev/null 2>&1 && return 0
+        kill -0 "${PIDS[-1]}" 2>/dev/null || break
+        sleep 0.1
+    done
+    tail -20 "$WORK/server-$port.log"
+    fail_now "feed-server on $port ($hub) did not start"
+}
+# stop_server PORT: SIGTERM by the PID start_server recorded; a server must
+# shut down gracefully (exit 0 within 10 s), which counts as a check.
+stop_server() {
+    local pid=${SERVER_PID[$1]} status
+    kill "$pid" 2>/dev/null
+    ( sleep 10; kill -9 "$pid" 2>/dev/null ) &
+    local killer=$!
+    wait "$pid"; status=$?
+    kill "$killer" 2>/dev/null; wait "$killer" 2>/dev/null
+    if [[ $status -eq 0 ]]; then
+        passed=$((passed + 1)); echo "PASS feed-server on $1 shut down cleanly on SIGTERM"
+    else
+        failed=$((failed + 1)); echo "FAIL feed-server on $1 exited with status $status on SIGTERM"; tail -5 "$WORK/server-$1.log"
+    fi
+}
+
+step "build Examples (debug) and run its unit tests"
+timeout --kill-after=30 1800 swift build >"$WORK/build.log" 2>&1 || { tail -30 "$WORK/build.log"; fail_now "build failed"; }
+timeout --kill-after=30 900 swift test >"$WORK/test.log" 2>&1
+if [[ $? -eq 0 ]]; then passed=$((passed + 1)); echo "PASS unit tests ($(grep -Eo 'with [0-9]+ tests' "$WORK/test.log" | tail -1))"
+else tail -30 "$WORK/test.log"; failed=$((failed + 1)); echo "FAIL unit tests"; fi
+
+step "PostgreSQL (pg-up.sh) and the Python clients (setup.sh)"
+timeout 900 bash scripts/pg-up.sh >"$WORK/pg.out" 2>"$WORK/pg.err" || { cat "$WORK/pg.err"; fail_now "pg-up.sh failed"; }
+source "$PG_STATE"  # PostgreSQL is stopped by pg-down.sh in cleanup, by its PID
+timeout 900 bash clients/setup.sh || fail_now "clients/setup.sh failed"
+PY=$HERE/.venv/bin/python
+
+A=$(free_port); B=$(free_port)
+step "lifecycle: LISTEN start and stop, replay, outage and resync (server on $A)"
+start_server "$A" broadcast
+run lifecycle 240 "$PY" clients/lifecycle_check.py --server "127.0.0.1:$A" --postgres "$FEED_POSTGRES" --pause scripts/pg-pause.sh
+
+step "feed-load --smoke: two servers, 50 connections, without and with slow clients"
+start_server "$B" broadcast
+run feed-load 300 .build/debug/feed-load --servers "127.0.0.1:$A,127.0.0.1:$B" --connections 50 --slow 10% --smoke
+
+step "Python websockets clients: 50 and a slow one on both servers"
+run ws-check 180 "$PY" clients/ws_check.py --servers "127.0.0.1:$A,127.0.0.1:$B" --clients 50 --messages 200 --slow 1 --timeout 120
+
+step "headless Chromium: the live page"
+if timeout 1500 bash clients/install-chromium.sh; then
+    run browser 180 "$PY" clients/browser_check.py --server "127.0.0.1:$A" --screenshot "$WORK/live-page.png" --timeout 120
+else
+    echo "FAIL chromium could not be installed"; failed=$((failed + 1))
+fi
+stop_server "$A"; stop_server "$B"
+
+# A checker is only as good as the faults it catches: each of these must make feed-load fail.
+step "deliberate fault: a server that never sends gap frames"
+C=$(free_port)
+start_server "$C" broadcast FEED_SERVER_FAULT=skip-gaps
+timeout --kill-after=10 300 .build/debug/feed-load --servers "127.0.0.1:$C" --connections 20 --slow 10% --smoke >"$WORK/fault-gaps.log" 2>&1
+if [[ $? -eq 1 ]] && grep -q '^FAIL .*every slow client saw a gap' "$WORK/fault-gaps.log"; then
+    passed=$((passed + 1)); echo "PASS feed-load caught it: $(grep -m1 '^FAIL' "$WORK/fault-gaps.log")"
+else
+    failed=$((failed + 1)); echo "FAIL feed-load missed a server that skips gap frames"; tail -25 "$WORK/fault-gaps.log"
+fi
+stop_server "$C"
+
+step "deliberate fault: a hub where one slow client holds everyone back (actor-channel)"
+D=$(free_port)
+start_server "$D" actor-channel
+timeout --kill-after=10 300 .build/debug/feed-load --servers "127.0.0.1:$D" --connections 20 --slow 10% --smoke --hub actor-channel >"$WORK/fault-hol.log" 2>&1
+if [[ $? -eq 1 ]] && grep -q "^FAIL .*p99 within 2x" "$WORK/fault-hol.log"; then
+    passed=$((passed + 1)); echo "PASS feed-load caught it: $(grep "^FAIL .*p99 within 2x" "$WORK/fault-hol.log")"
+else
+    failed=$((failed + 1)); echo "FAIL feed-load missed head-of-line blocking"; tail -25 "$WORK/fault-hol.log"
+fi
+stop_server "$D"
+
+step "done in $(( $(date +%s) - started ))s"
+echo "$passed passed, $failed failed"
+[[ $failed -eq 0 ]]
