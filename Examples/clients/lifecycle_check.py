@@ -13,7 +13,9 @@ In order, each a check:
   5. with PostgreSQL stopped (--pause stop), POST /publish answers 503, and the server keeps serving /stats;
   6. with it started again, `resync` reaches both clients within 30 s;
   7. a message published after `resync` reaches both clients;
-  8. after the last client leaves, the LISTEN connection is still there 3 s later and gone within 12 s.
+  8. after the last client leaves, the LISTEN connection is still there 3 s later and gone within 12 s;
+  9. a `.bounded` client that stops reading (4 KiB receive buffer) is evicted: /stats counts it within
+     20 s, and when it reads again it finds close code 1013 behind its backlog.
 Prints PASS/FAIL lines and `N passed, N failed` last; exits 1 if any failed.
 """
 from __future__ import annotations
@@ -22,11 +24,13 @@ import argparse
 import asyncio
 import http.client
 import json
+import socket
 import subprocess
 import sys
 import time
 import uuid
 
+import websockets
 from websockets.asyncio.client import connect
 
 
@@ -92,9 +96,14 @@ async def main() -> int:
     parser.add_argument("--server", required=True)
     parser.add_argument("--postgres", required=True)
     parser.add_argument("--pause", required=True, help="pg-pause.sh")
+    parser.add_argument("--only-eviction", action="store_true", help="run check 9 alone")
     args = parser.parse_args()
     checks = Checks()
     run = uuid.uuid4().hex[:8]
+    if args.only_eviction:
+        await eviction(args, checks, run)
+        print(f"{checks.passed} passed, {checks.failed} failed")
+        return 0 if checks.failed == 0 else 1
     url = f"ws://{args.server}/feed?policy=newest&capacity=64"
 
     checks.check("no LISTEN connection before the first client", listen_connections(args.postgres) == 0,
@@ -158,8 +167,46 @@ async def main() -> int:
                  f"at 3 s: {still} connection(s); gone after {gone_after} s")
     print(f"  (LISTEN gone {gone_after:.1f} s after the last client left)" if gone_after else "")
 
+    await eviction(args, checks, run)
+
     print(f"{checks.passed} passed, {checks.failed} failed")
     return 0 if checks.failed == 0 else 1
+
+
+async def eviction(args, checks: Checks, run: str) -> None:
+    host, port = args.server.split(":")
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect((host, int(port)))
+    before = json.loads(request(args.server, "GET", "/stats")[1]).get("evicted", 0)
+    async with connect(f"ws://{args.server}/feed?policy=bounded&capacity=4", sock=sock, max_queue=1,
+                       open_timeout=15, close_timeout=5) as ws:
+        frame = await next_frame(ws, 30)
+        if not checks.check("a bounded client gets ready", frame.get("type") == "ready", f"first frame {frame}"):
+            return
+        # Stop reading; publish more than the socket buffers hold (about 150 KB).
+        pad = "x" * 2000
+        for n in range(150):
+            request(args.server, "POST", "/publish", json.dumps({"run": run, "n": n, "pad": pad}))
+        stopped = time.monotonic()
+        evicted = before
+        while time.monotonic() - stopped < 20 and evicted <= before:
+            await asyncio.sleep(0.5)
+            evicted = json.loads(request(args.server, "GET", "/stats")[1]).get("evicted", 0)
+        took = time.monotonic() - stopped
+        checks.check("a bounded client that stopped reading is evicted (10 s full, then /stats counts it)",
+                     evicted > before and took >= 9, f"evicted {before} -> {evicted} after {took:.1f} s")
+        code = None
+        try:
+            while True:
+                await asyncio.wait_for(ws.recv(), 20)
+        except websockets.exceptions.ConnectionClosed as closed:
+            code = closed.rcvd.code if closed.rcvd else None
+        except asyncio.TimeoutError:
+            code = "timeout"
+        checks.check("reading again, it finds close code 1013 behind its backlog", code == 1013, f"close code {code}")
+    status, _ = request(args.server, "GET", "/stats")
+    checks.check("the server keeps serving after an eviction", status == 200, f"/stats {status}")
 
 
 if __name__ == "__main__":

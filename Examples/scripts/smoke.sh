@@ -6,14 +6,16 @@
 # Builds Examples/ in debug and runs its unit tests, starts a throwaway
 # PostgreSQL (pg-up.sh) and feed-server processes on free ports, then runs:
 #   - lifecycle_check.py against a fresh server: LISTEN only while clients are
-#     there (and 5 s after), replay, a PostgreSQL outage (503, then resync);
+#     there (and 5 s after), replay, a PostgreSQL outage (503, then resync),
+#     eviction of a stalled `.bounded` client (close code 1013);
 #   - feed-load --smoke across two servers: 50 connections, without and with
 #     slow clients;
 #   - ws_check.py (Python websockets): 50 clients and a slow one on both servers;
 #   - browser_check.py: the live page in headless Chromium (installed if missing);
-#   - two deliberate faults that feed-load must catch: a server that skips
-#     `gap` frames, and the actor-channel hub, where one slow client holds
-#     everyone back.
+#   - three deliberate faults that must be caught: a server that skips `gap`
+#     frames and the actor-channel hub, where one slow client holds everyone
+#     back (feed-load), and a server that never evicts a stalled `.bounded`
+#     client (lifecycle_check.py).
 # Stops everything it started, by PID, even on failure. Every step has a time
 # limit. Prints `N passed, N failed` last (the sum over every check it ran)
 # and exits 1 if anything failed.
@@ -162,6 +164,18 @@ else
     failed=$((failed + 1)); echo "FAIL feed-load missed head-of-line blocking"; tail -25 "$WORK/fault-hol.log"
 fi
 stop_server "$D"
+
+step "deliberate fault: a server that never evicts a stalled bounded client"
+E=$(free_port)
+start_server "$E" broadcast FEED_SERVER_FAULT=no-eviction
+timeout --kill-after=10 120 "$PY" clients/lifecycle_check.py --only-eviction --server "127.0.0.1:$E" \
+    --postgres "$FEED_POSTGRES" --pause scripts/pg-pause.sh >"$WORK/fault-evict.log" 2>&1
+if [[ $? -eq 1 ]] && grep -q '^FAIL .*is evicted' "$WORK/fault-evict.log"; then
+    passed=$((passed + 1)); echo "PASS lifecycle_check caught it: $(grep -m1 '^FAIL' "$WORK/fault-evict.log")"
+else
+    failed=$((failed + 1)); echo "FAIL lifecycle_check missed a server that never evicts"; tail -25 "$WORK/fault-evict.log"
+fi
+stop_server "$E"
 
 step "done in $(( $(date +%s) - started ))s"
 echo "$passed passed, $failed failed"

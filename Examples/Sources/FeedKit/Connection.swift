@@ -13,7 +13,8 @@ import Synchronization
 ///   `gap` (carrying the subscription's `droppedCount`) before it whenever
 ///   that count grew;
 /// - `online` frames, at most once a second, once `ready` is out;
-/// - for `.bounded`, the eviction watchdog (see ``evictionDelay``).
+/// - for `.bounded`, the eviction watchdog (see ``evictionDelay``); when it
+///   fires, the others are cancelled and the connection is closed with 1013.
 public struct FeedConnection<Hub: FeedHub>: Sendable {
     public let hub: Hub
     public let stats: ServerStats
@@ -41,30 +42,48 @@ public struct FeedConnection<Hub: FeedHub>: Sendable {
         let stats = self.stats
         // `ready` is the connection's first frame: the other writers wait for it.
         let readySent = BroadcastPromise<Void, Never>()
-        await withTaskGroup(of: Void.self) { group in
+        let evict = await withTaskGroup(of: Bool.self) { group in
             group.addTask {
                 do { for try await _ in inbound {} } catch {}
+                return false
             }
             group.addTask {
                 await Self.pump(subscription, hub: hub, stats: stats, outbound: outbound, readySent: readySent)
+                return false
             }
             group.addTask {
-                guard (try? await readySent.value) != nil else { return }
+                guard (try? await readySent.value) != nil else { return false }
                 try? await hub.watchOnline { count in
                     try await outbound.write(.custom(.init(fin: true, opcode: .text, data: ControlFrame.online(count: count))))
                 }
+                return false
             }
-            if query.policy == .bounded {
-                group.addTask {
-                    if await Self.stalled(subscription, capacity: query.capacity) {
-                        stats.add(.evicted)
-                        logger.info("evicting a bounded client: \(query.capacity) unread for \(Self.evictionDelay)")
-                        try? await outbound.close(Self.closeCodeEvicted, reason: "too slow: \(query.capacity) unread for 10 s")
-                    }
-                }
+            if query.policy == .bounded && !FaultInjection.neverEvict {
+                group.addTask { await Self.stalled(subscription, capacity: query.capacity) }
             }
-            await group.next()
+            let evict = await group.next() ?? false
+            // Cancelling the pump also cancels a write stuck on a full socket.
             group.cancelAll()
+            return evict
+        }
+        if evict {
+            stats.add(.evicted)
+            logger.info("evicting a bounded client: \(query.capacity) unread for \(Self.evictionDelay)")
+            // The close frame queues behind what the socket already holds: a
+            // client that reads again gets it. One that never does is not
+            // waited for beyond 5 s; returning closes the channel.
+            let closed = BroadcastPromise<Void, Never>()
+            let closing = Task {
+                try? await outbound.close(Self.closeCodeEvicted, reason: "too slow: \(query.capacity) unread for 10 s")
+                closed.succeed()
+            }
+            await withTaskGroup(of: Void.self) { group in
+                group.addTask { _ = try? await closed.value }
+                group.addTask { try? await Task.sleep(for: .seconds(5)) }
+                await group.next()
+                group.cancelAll()
+            }
+            closing.cancel()
         }
     }
 
