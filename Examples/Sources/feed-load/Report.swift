@@ -78,10 +78,12 @@ extension LoadRun.Result {
         checks.check("\(name): every slow client saw a gap (or was evicted)", noGap.isEmpty,
                      "\(noGap.count) of \(slow) saw no gap; slow clients received \(slowRecords.prefix(5).map(\.received))…, errors \(slowRecords.compactMap(\.error).prefix(3))")
         if let baseline {
-            // Within 2x of the run without slow clients. Below 10 ms the
-            // difference is scheduling noise of a 2-core machine running
-            // servers, database and clients at once, so 10 ms is the floor.
-            let limit = 2 * Swift.max(baseline.latency.p99, 10)
+            // Within 2x of the run without slow clients, never below 50 ms:
+            // short runs on a 2-core machine that also runs the database, the
+            // servers and the clients swing a p99 of a few ms by 3x (seen:
+            // 9.4 -> 28.3 ms with a build running beside). Head-of-line
+            // blocking, what this is for, costs seconds.
+            let limit = 2 * Swift.max(baseline.latency.p99, 25)
             checks.check("\(name): fast clients' p99 within 2x of the run without slow clients", latency.p99 <= limit,
                          String(format: "p99 %.1f ms, limit %.1f ms (baseline p99 %.1f ms)", latency.p99, limit, baseline.latency.p99))
         }
