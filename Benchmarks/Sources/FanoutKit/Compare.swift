@@ -26,6 +26,10 @@ public struct CompareOptions: Sendable {
     /// Only this subscriber count.
     public var onlyN: Int? = nil
     public var meter: AllocMeter? = nil
+    /// Allocated and freed bytes, for the scale cells' idle-memory cell.
+    public var byteMeter: ByteMeter? = nil
+    /// Seconds one run of one peer may take in the scale cells (ScaleWorkloads.swift).
+    public var scaleBudget: Double? = nil
     /// Seconds one run may take before the process exits with status 3.
     public var hangLimit = 120
 
@@ -242,6 +246,7 @@ public func runComparison(_ o: CompareOptions) async -> Bool {
     let watchdog = Watchdog(limitSeconds: o.hangLimit)
     watchdog.start()
     let groups = buildGroups(o)
+    let scale = scaleWorkloads(o)
     var rows: [Row] = []
     var failures: [String] = []
 
@@ -333,10 +338,18 @@ public func runComparison(_ o: CompareOptions) async -> Bool {
         }
     }
 
+    // The scale cells (ScaleWorkloads.swift): their own driver and tables.
+    var scaleReport: ScaleReport? = nil
+    if !scale.isEmpty {
+        let report = await runScale(o, scale, watchdog: watchdog)
+        failures += report.failures
+        scaleReport = report
+    }
+
     let classic = rows.filter { $0.v2 == nil && $0.sharing == nil }
     let v2 = rows.filter { $0.v2 != nil }
     let sharing = rows.filter { $0.sharing != nil }
-    if !classic.isEmpty || (v2.isEmpty && sharing.isEmpty) { printTable(classic, o) }
+    if !classic.isEmpty || (v2.isEmpty && sharing.isEmpty && scaleReport == nil) { printTable(classic, o) }
     if !v2.isEmpty {
         if !classic.isEmpty { print("") }
         printV2Table(v2, o)
@@ -344,6 +357,10 @@ public func runComparison(_ o: CompareOptions) async -> Bool {
     if !sharing.isEmpty {
         if !classic.isEmpty || !v2.isEmpty { print("") }
         printSharingTable(sharing, o)
+    }
+    if let scaleReport {
+        if !rows.isEmpty { print("") }
+        for line in scaleReport.lines { print(line) }
     }
     let seconds = Double(nowNanos() - t0) / 1e9
     print("")

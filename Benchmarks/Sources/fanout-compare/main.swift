@@ -9,7 +9,10 @@
 // --peer TEXT (peer name), --n N (one subscriber count), --no-allocs.
 // `--filter value`, `--filter promise` and `--filter sharing` run those
 // workloads alone (each has its own table); `--filter batch` the
-// send(_:) vs send(contentsOf:) cells.
+// send(_:) vs send(contentsOf:) cells; `--filter scale` the scale cells
+// (N up to 100,000; their own tables; `--filter "scale: wake"` one of them;
+// `--budget S`: seconds one run of one peer may take there, default 30).
+// FANOUT_SCALE_FAULT=1: a deliberate fault in the scale throughput cell.
 //
 // Exits non-zero only if a run delivered a wrong result (count, sum, order):
 // status 1, or status 3 if a run never finished (watchdog, 120 s per run).
@@ -37,7 +40,10 @@ if arguments.contains("--help") || arguments.contains("-h") {
     print("""
     usage: fanout-compare [--smoke] [--reps K] [--deliveries D] [--churn C] [--samples S]
                           [--reads R] [--updates K]
-                          [--filter TEXT] [--peer TEXT] [--n N] [--no-allocs]
+                          [--filter TEXT] [--peer TEXT] [--n N] [--no-allocs] [--budget S]
+      --filter scale       the scale cells alone (N = 64, 1,024, 16,384, 100,000; --n N for one N)
+      --budget S           seconds one run of one peer may take in the scale cells (default 30)
+      FANOUT_SCALE_FAULT=1 deliberate fault: a reader of the scale throughput cell ignores an element
     """)
     exit(0)
 }
@@ -53,6 +59,7 @@ if let i = arguments.firstIndex(of: "--peer"), i + 1 < arguments.count { options
 // 0: the subscriberCounts cell with no other subscribers.
 if arguments.contains("--n") { options.onlyN = value(after: "--n", minimum: 0) }
 if arguments.contains("--no-allocs") { countAllocs = false }
+if arguments.contains("--budget") { options.scaleBudget = Double(value(after: "--budget")) }
 
 // MARK: Allocation counting
 
@@ -109,6 +116,18 @@ if countAllocs {
             stop: {
                 MallocInterposerSwift.unhook()
                 return MallocInterposerSwift.getStatistics().mallocCount
+            })
+        options.byteMeter = ByteMeter(
+            source: "MallocInterposer (requested bytes)",
+            start: {
+                MallocInterposerSwift.initialize()
+                MallocInterposerSwift.hook()
+            },
+            stop: {
+                MallocInterposerSwift.unhook()
+                let s = MallocInterposerSwift.getStatistics()
+                return ByteCounts(mallocs: s.mallocCount, bytes: s.mallocBytesCount,
+                                  frees: s.freeCount, freedBytes: s.freeBytesCount)
             })
     } else {
         log("fanout-compare: malloc interposer not active; allocations not counted")
