@@ -16,6 +16,8 @@
 #     frames and the actor-channel hub, where one slow client holds everyone
 #     back (feed-load), and a server that never evicts a stalled `.bounded`
 #     client (lifecycle_check.py).
+# With --tsan, the servers are built with ThreadSanitizer (about 7 more
+# minutes of build) and any report stops them, which fails the checks.
 # Stops everything it started, by PID, even on failure. Every step has a time
 # limit. Prints `N passed, N failed` last (the sum over every check it ran)
 # and exits 1 if anything failed.
@@ -23,6 +25,9 @@ set -uo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$HERE"
+SERVER=.build/debug/feed-server
+TSAN=0
+[[ ${1:-} == --tsan ]] && TSAN=1
 WORK=$(mktemp -d /tmp/feed-smoke.XXXXXX)
 export PG_STATE=$WORK/pg.env
 PIDS=()
@@ -82,7 +87,7 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 # start_server PORT HUB [ENV=VALUE...]: starts a feed-server, waits until /stats answers.
 start_server() {
     local port=$1 hub=$2; shift 2
-    env "$@" .build/debug/feed-server --port "$port" --postgres "$FEED_POSTGRES" --hub "$hub" \
+    env "$@" "$SERVER" --port "$port" --postgres "$FEED_POSTGRES" --hub "$hub" \
         >"$WORK/server-$port.log" 2>&1 &
     PIDS+=($!)
     SERVER_PID[$port]=$!
@@ -115,6 +120,14 @@ timeout --kill-after=30 1800 swift build >"$WORK/build.log" 2>&1 || { tail -30 "
 timeout --kill-after=30 900 swift test >"$WORK/test.log" 2>&1
 if [[ $? -eq 0 ]]; then passed=$((passed + 1)); echo "PASS unit tests ($(grep -Eo 'with [0-9]+ tests' "$WORK/test.log" | tail -1))"
 else tail -30 "$WORK/test.log"; failed=$((failed + 1)); echo "FAIL unit tests"; fi
+
+if [[ $TSAN -eq 1 ]]; then
+    step "build feed-server with ThreadSanitizer"
+    timeout --kill-after=30 2400 swift build --sanitize=thread --scratch-path .build-tsan --product feed-server >"$WORK/build-tsan.log" 2>&1 \
+        || { tail -30 "$WORK/build-tsan.log"; fail_now "TSan build failed"; }
+    SERVER=.build-tsan/debug/feed-server
+    export TSAN_OPTIONS="halt_on_error=1"  # no suppressions: a report stops the server
+fi
 
 step "PostgreSQL (pg-up.sh) and the Python clients (setup.sh)"
 timeout 900 bash scripts/pg-up.sh >"$WORK/pg.out" 2>"$WORK/pg.err" || { cat "$WORK/pg.err"; fail_now "pg-up.sh failed"; }
