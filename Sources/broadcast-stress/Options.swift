@@ -19,7 +19,7 @@ struct Options: Sendable {
     static let usage = """
     usage: broadcast-stress [--seconds N] [--rounds N] [--seed S] [--round-seed S]
                             [--producers N] [--subscribers N] [--deadline SECONDS] [--quiet]
-                            [--kinds sequence,value,promise,sharing,litmus]
+                            [--kinds sequence,value,promise,sharing,litmus,large-n]
 
       --seconds N       time budget (default 10 unless --rounds is given)
       --rounds N        stop after N rounds
@@ -36,7 +36,10 @@ struct Options: Sendable {
                         13% BroadcastValue, 8% BroadcastPromise, 14% sharing
                         (a shared upstream or listener), 8% litmus (one
                         cross-thread handshake on two threads, many times)
-                        rounds); a --round-seed replay needs the same --kinds
+                        rounds); large-n (sequence rounds with 1,000-4,000
+                        subscribers joining and leaving while producers send)
+                        runs only when named; a --round-seed replay needs the
+                        same --kinds
       --quiet           print only the seed, failures and the summary
     """
 
@@ -86,7 +89,7 @@ struct Options: Sendable {
                 var kinds: [RoundKind] = []
                 for name in text.split(separator: ",") {
                     guard let kind = RoundKind(rawValue: String(name)) else {
-                        throw .message("\(argument): expected a comma-separated list of sequence, value, promise, sharing, litmus; got '\(text)'")
+                        throw .message("\(argument): expected a comma-separated list of sequence, value, promise, sharing, litmus, large-n; got '\(text)'")
                     }
                     if !kinds.contains(kind) { kinds.append(kind) }
                 }

@@ -2,6 +2,10 @@ import AsyncBroadcastTestSupport
 /// What a round exercises.
 enum RoundKind: String, Sendable, CaseIterable {
     case sequence, value, promise, sharing, litmus
+    /// Sequence rounds with 1,000-4,000 subscribers joining and leaving while
+    /// producers send. Not in the default mix (a round takes seconds under
+    /// ThreadSanitizer); ask for it with `--kinds`.
+    case largeN = "large-n"
 
     /// Share of rounds: sequence rounds keep most of the time.
     var weight: Int {
@@ -11,8 +15,13 @@ enum RoundKind: String, Sendable, CaseIterable {
         case .promise: return 8
         case .sharing: return 14
         case .litmus: return 8
+        case .largeN: return 0
         }
     }
+
+    /// The share when `--kinds` names this kind: large-N rounds, left out of
+    /// the default mix, get a real share once asked for.
+    var requestedWeight: Int { self == .largeN ? 20 : weight }
 
     /// The kind of round `seed` runs. Drawn from its own stream, so a
     /// sequence round's plan (from the same seed) is what it always was;
@@ -23,7 +32,7 @@ enum RoundKind: String, Sendable, CaseIterable {
         let all = RoundKind.allCases
         let natural = all[rng.weighted(all.map(\.weight))]
         guard let allowed, !allowed.isEmpty, !allowed.contains(natural) else { return natural }
-        return allowed[rng.weighted(allowed.map(\.weight))]
+        return allowed[rng.weighted(allowed.map(\.requestedWeight))]
     }
 }
 
@@ -34,6 +43,7 @@ enum StressRound: Sendable {
     case promise(PromiseRoundPlan)
     case sharing(SharingRoundPlan)
     case litmus(LitmusRoundPlan)
+    case largeN(RoundPlan)
 
     static func generate(seed: UInt64, options: Options) -> StressRound {
         switch RoundKind.of(seed: seed, allowed: options.kinds) {
@@ -42,6 +52,11 @@ enum StressRound: Sendable {
         case .promise: return .promise(PromiseRoundPlan.generate(seed: seed, options: options))
         case .sharing: return .sharing(SharingRoundPlan.generate(seed: seed, options: options))
         case .litmus: return .litmus(LitmusRoundPlan.generate(seed: seed, options: options))
+        case .largeN:
+            var large = options
+            var rng = SplitMix64(seed: seed ^ 0x1A26_E000_0000_0001)
+            large.subscribers = options.subscribers ?? rng.int(in: 1_000...4_000)
+            return .largeN(RoundPlan.generate(seed: seed, options: large))
         }
     }
 
@@ -52,6 +67,7 @@ enum StressRound: Sendable {
         case .promise: return .promise
         case .sharing: return .sharing
         case .litmus: return .litmus
+        case .largeN: return .largeN
         }
     }
 
@@ -62,6 +78,7 @@ enum StressRound: Sendable {
         case .promise(let plan): return plan.summary
         case .sharing(let plan): return plan.summary
         case .litmus(let plan): return plan.summary
+        case .largeN(let plan): return plan.summary
         }
     }
 
@@ -72,6 +89,7 @@ enum StressRound: Sendable {
         case .promise(let plan): return plan.details
         case .sharing(let plan): return plan.details
         case .litmus(let plan): return plan.details
+        case .largeN(let plan): return plan.details
         }
     }
 }
@@ -79,7 +97,7 @@ enum StressRound: Sendable {
 extension RoundRunner {
     static func run(_ round: StressRound, header: [String], options: Options) async -> RoundReport {
         switch round {
-        case .sequence(let plan):
+        case .sequence(let plan), .largeN(let plan):
             return await run(plan, header: header, options: options)
         case .value(let plan):
             if plan.equatable {
