@@ -31,24 +31,11 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
+from checks import Checks
+
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 CHROMEDRIVER = os.environ.get("CHROMEDRIVER", "/usr/bin/chromedriver")
 
-
-class Checks:
-    def __init__(self) -> None:
-        self.passed = 0
-        self.failed = 0
-
-    def check(self, name: str, ok: bool, reason: str = "") -> bool:
-        reason = " ".join(reason.split())  # one line
-        if ok:
-            self.passed += 1
-            print(f"PASS {name}", flush=True)
-        else:
-            self.failed += 1
-            print(f"FAIL {name}: {reason}", flush=True)
-        return ok
 
 
 def post_publish(server: str, text: str, timeout: float) -> int:
@@ -218,7 +205,7 @@ def main() -> int:
         message = error.msg if isinstance(error, WebDriverException) else str(error)
         checks.check("finished", False, f"{type(error).__name__}: {message}")
     timer.cancel()
-    print(f"{checks.passed} passed, {checks.failed} failed", flush=True)
+    print(checks.summary(), flush=True)
     return 1 if checks.failed else 0
 
 

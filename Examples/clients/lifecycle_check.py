@@ -33,20 +33,8 @@ import uuid
 import websockets
 from websockets.asyncio.client import connect
 
+from checks import Checks
 
-class Checks:
-    def __init__(self) -> None:
-        self.passed = 0
-        self.failed = 0
-
-    def check(self, name: str, ok: bool, reason: str = "") -> bool:
-        if ok:
-            self.passed += 1
-            print(f"PASS {name}", flush=True)
-        else:
-            self.failed += 1
-            print(f"FAIL {name}: {' '.join(reason.split())}", flush=True)
-        return ok
 
 
 def listen_connections(postgres: str) -> int:
@@ -91,18 +79,21 @@ def is_message(body: str):
     return lambda f: f.get("type") == "message" and f.get("body") == body
 
 
-async def main() -> int:
-    parser = argparse.ArgumentParser()
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description="Checks the feed's life cycle against one freshly started feed-server.")
     parser.add_argument("--server", required=True)
     parser.add_argument("--postgres", required=True)
     parser.add_argument("--pause", required=True, help="pg-pause.sh")
     parser.add_argument("--only-eviction", action="store_true", help="run check 9 alone")
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+async def main(args: argparse.Namespace) -> int:
     checks = Checks()
     run = uuid.uuid4().hex[:8]
     if args.only_eviction:
         await eviction(args, checks, run)
-        print(f"{checks.passed} passed, {checks.failed} failed")
+        print(checks.summary())
         return 0 if checks.failed == 0 else 1
     url = f"ws://{args.server}/feed?policy=newest&capacity=64"
 
@@ -169,7 +160,7 @@ async def main() -> int:
 
     await eviction(args, checks, run)
 
-    print(f"{checks.passed} passed, {checks.failed} failed")
+    print(checks.summary())
     return 0 if checks.failed == 0 else 1
 
 
@@ -211,7 +202,8 @@ async def eviction(args, checks: Checks, run: str) -> None:
 
 if __name__ == "__main__":
     try:
-        sys.exit(asyncio.run(asyncio.wait_for(main(), 180)))
+        arguments = parse_args()
+        sys.exit(asyncio.run(asyncio.wait_for(main(arguments), 180)))
     except asyncio.TimeoutError:
         print("FAIL lifecycle check: timed out after 180 s")
         print("0 passed, 1 failed")

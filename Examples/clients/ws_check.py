@@ -37,6 +37,8 @@ import websockets
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
+from checks import Checks
+
 FAST_CAPACITY = 1024
 SLOW_CAPACITY = 8
 SLOW_READS_PER_SECOND = 10
@@ -50,24 +52,6 @@ BAD_QUERIES = [
 ]
 STATS_KEYS = ["subscribers", "delivered", "dropped", "evicted", "rssBytes"]
 
-
-class Checks:
-    def __init__(self) -> None:
-        self.passed = 0
-        self.failed = 0
-
-    def check(self, name: str, ok: bool, reason: str = "") -> bool:
-        reason = " ".join(reason.split())  # one line
-        if ok:
-            self.passed += 1
-            print(f"PASS {name}", flush=True)
-        else:
-            self.failed += 1
-            print(f"FAIL {name}: {reason}", flush=True)
-        return ok
-
-    def skip(self, name: str, reason: str) -> None:
-        print(f"SKIP {name}: {reason}", flush=True)
 
 
 class Deadline:
@@ -563,7 +547,7 @@ def main() -> int:
     except Exception as error:  # noqa: BLE001
         checks.check("finished", False, f"{type(error).__name__}: {error}")
     timer.cancel()
-    print(f"{checks.passed} passed, {checks.failed} failed", flush=True)
+    print(checks.summary(), flush=True)
     return 1 if checks.failed else 0
 
 

@@ -38,17 +38,7 @@ if [[ ! -f $DIR/.feed-pg ]]; then
     exit 1
 fi
 
-as_pg() {
-    if [[ $(id -u) -eq 0 ]]; then
-        if command -v runuser >/dev/null; then
-            (cd / && runuser -u postgres -- "$@")
-        else
-            (cd / && su postgres -s /bin/sh -c "$(printf '%q ' "$@")")
-        fi
-    else
-        (cd / && "$@")
-    fi
-}
+source "$(dirname "${BASH_SOURCE[0]}")/pg-common.sh"  # as_pg
 
 find_pg_ctl() {
     if [[ -n ${PG_BIN:-} && -x $PG_BIN/pg_ctl ]]; then echo "$PG_BIN/pg_ctl"; return 0; fi

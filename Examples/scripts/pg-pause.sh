@@ -28,17 +28,7 @@ PORT=$(cat "$DIR/port")
 BIN=${PG_BIN:-/usr/lib/postgresql/$(cat "$DIR/data/PG_VERSION")/bin}
 [[ -x $BIN/pg_ctl ]] || BIN=$(dirname "$(command -v pg_ctl)")
 
-as_pg() {
-    if [[ $(id -u) -eq 0 ]]; then
-        if command -v runuser >/dev/null; then
-            (cd / && runuser -u postgres -- "$@")
-        else
-            (cd / && su postgres -s /bin/sh -c "$(printf '%q ' "$@")")
-        fi
-    else
-        (cd / && "$@")
-    fi
-}
+source "$(dirname "${BASH_SOURCE[0]}")/pg-common.sh"  # as_pg
 
 running() { as_pg "$BIN/pg_ctl" -D "$DIR/data" status >/dev/null 2>&1; }
 

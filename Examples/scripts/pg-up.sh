@@ -45,17 +45,7 @@ find_bindir() {
 
 # Runs a command as the postgres user when we are root (PostgreSQL refuses to
 # run as root), else as ourselves; always from a directory that user can read.
-as_pg() {
-    if [[ $(id -u) -eq 0 ]]; then
-        if command -v runuser >/dev/null; then
-            (cd / && runuser -u postgres -- "$@")
-        else
-            (cd / && su postgres -s /bin/sh -c "$(printf '%q ' "$@")")
-        fi
-    else
-        (cd / && "$@")
-    fi
-}
+source "$(dirname "${BASH_SOURCE[0]}")/pg-common.sh"  # as_pg
 
 free_port() {
     if command -v python3 >/dev/null; then
