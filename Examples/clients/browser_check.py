@@ -21,7 +21,6 @@ import argparse
 import http.client
 import os
 import sys
-import threading
 import time
 import uuid
 
@@ -191,14 +190,7 @@ def main() -> int:
 
     checks = Checks()
 
-    def watchdog() -> None:
-        print(f"FAIL watchdog: still running {args.timeout + 30:.0f}s after the start", flush=True)
-        print(f"{checks.passed} passed, {checks.failed + 1} failed", flush=True)
-        os._exit(1)
-
-    timer = threading.Timer(args.timeout + 30, watchdog)
-    timer.daemon = True
-    timer.start()
+    timer = checks.start_watchdog(args.timeout + 30)
     try:
         run(args, checks)
     except Exception as error:  # noqa: BLE001 - reported as a failed check

@@ -29,7 +29,6 @@ import json
 import os
 import socket
 import sys
-import threading
 import time
 import uuid
 
@@ -531,15 +530,7 @@ def main() -> int:
     print(f"info: websockets {websockets.__version__}, servers {args.servers}, {args.clients} fast + {args.slow} slow "
           f"clients, {args.messages} messages at {args.rate:g}/s", flush=True)
 
-    # Last resort if something blocks outside asyncio's timeouts.
-    def watchdog() -> None:
-        print(f"FAIL watchdog: still running {args.timeout + 30:.0f}s after the start", flush=True)
-        print(f"{checks.passed} passed, {checks.failed + 1} failed", flush=True)
-        os._exit(1)
-
-    timer = threading.Timer(args.timeout + 30, watchdog)
-    timer.daemon = True
-    timer.start()
+    timer = checks.start_watchdog(args.timeout + 30)
     try:
         asyncio.run(asyncio.wait_for(run(args, checks), args.timeout + 15))
     except asyncio.TimeoutError:
