@@ -157,10 +157,21 @@ struct SPSCRing<Element>: @unchecked Sendable {
         consumerSegment = first
     }
 
-    /// The capacity of the first segment for a policy's `limit`.
+    /// Bytes of slots the first segment may take: it sits inside every
+    /// subscriber, idle or not, so it holds a few elements and the ring
+    /// grows (doubling) for a consumer that falls further behind. 64 slots
+    /// of a 64-byte element made an idle subscriber cost 4.7 KB.
+    @inlinable static var firstSegmentSlotBytes: Int { 128 }
+
+    /// The capacity of the first segment for a policy's `limit`: at most
+    /// `defaultCapacity` slots and `firstSegmentSlotBytes` bytes (at least
+    /// one slot), a power of two.
     @inlinable
     static func firstCapacity(limit: Int) -> Int {
-        RingBuffer<Element>.roundUpToPowerOfTwo(Swift.max(Swift.min(limit, defaultCapacity), 1))
+        let wanted = RingBuffer<Element>.roundUpToPowerOfTwo(Swift.max(Swift.min(limit, defaultCapacity), 1))
+        let fitting = Swift.max(firstSegmentSlotBytes / Swift.max(MemoryLayout<Element>.stride, 1), 1)
+        let fittingPowerOfTwo = 1 << (Int.bitWidth - 1 - fitting.leadingZeroBitCount)
+        return Swift.min(wanted, fittingPowerOfTwo)
     }
 
     @inlinable @inline(__always) var tail: AtomicInt { AtomicInt(unowned: producer.assumingMemoryBound(to: cab_atomic_int.self)) }

@@ -91,7 +91,7 @@ extension BroadcastStorage {
     /// iterating.
     @inlinable
     func emitFromUpstream(_ element: Element, generation: UInt64) async -> Bool {
-        let start: EmitStart? = withState { state, effects in
+        let start: EmitStart? = withState(.sender) { state, effects in
             guard state.terminal == nil, state.sharing!.isCurrent(generation) || Fault.sharingStaleDelivery else {
                 return nil
             }
@@ -132,7 +132,7 @@ extension BroadcastStorage {
     /// `BroadcastSink.send`: like `send`, while run `generation` is current.
     @inlinable
     func sinkSend(_ element: Element, generation: UInt64) -> BroadcastSendResult {
-        withState { state, effects in
+        withState(.sender) { state, effects in
             guard state.terminal == nil, state.sharing!.isCurrent(generation) || Fault.sharingStaleDelivery else {
                 return .finished
             }
@@ -174,7 +174,7 @@ extension BroadcastStorage {
     /// `send(contentsOf:)`: one section and one wake pass for the whole batch.
     @inlinable
     func send(batch: UnsafeBufferPointer<Element>) -> BroadcastSendResult {
-        withState { state, effects in
+        withState(.sender) { state, effects in
             state.terminal == nil ? state.deliver(batch: batch, effects: &effects) : .finished
         }
     }

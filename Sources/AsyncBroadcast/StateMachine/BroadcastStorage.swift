@@ -23,6 +23,9 @@ final class BroadcastStorage<Element: Sendable, Failure: Error>: @unchecked Send
     @usableFromInline let parkedConsumers: AtomicInt
     /// `state.subscribers.count`, readable without the lock.
     @usableFromInline let registeredCount: AtomicInt
+    /// Lets `subscribe()` and `cancel()` in between the sends of a producer
+    /// that sends without pause.
+    @usableFromInline let fairness = RegistrationFairness()
     /// What feeds a shared sequence (`nil` for a plain one). Read without
     /// the lock: it never changes.
     let source: SharedSource<Element, Failure>?
@@ -46,22 +49,45 @@ final class BroadcastStorage<Element: Sendable, Failure: Error>: @unchecked Send
         pool.destroy()
         parkedConsumers.destroy()
         registeredCount.destroy()
+        fairness.destroy()
     }
 
     /// Every transition of the sequence goes through here: `body` runs under
     /// the sequence lock and records its effects; then the emitter flag is
     /// settled, the lock released, and the effects run (resumes, element
     /// deinitializers), in that order, always.
+    ///
+    /// - Parameter role: how to take the lock: a sender first lets waiting
+    ///   registrants in, a registrant announces itself (`RegistrationFairness`).
     @inlinable
-    func withState<R>(_ body: (inout BroadcastState<Element, Failure>, inout Effects<Element>) -> R) -> R {
+    func withState<R>(_ role: LockRole = .other,
+                      _ body: (inout BroadcastState<Element, Failure>, inout Effects<Element>) -> R) -> R {
         var effects = Effects(pool: pool)
-        lock.lock()
+        switch role {
+        case .sender:
+            fairness.senderWillLock()
+            lock.lock()
+        case .registrant:
+            fairness.lockForRegistration(lock)
+        case .other:
+            lock.lock()
+        }
         let result = body(&state, &effects)
         settleEmitterFlag()
         state._checkInvariants()
         lock.unlock()
         effects.run()
         return result
+    }
+
+    /// Who is taking the sequence lock, for `withState`.
+    @usableFromInline
+    enum LockRole {
+        /// `send`, `emit`, a sink's or an upstream's element.
+        case sender
+        /// `subscribe()` and a subscriber's removal.
+        case registrant
+        case other
     }
 
     // MARK: Queries
@@ -79,7 +105,7 @@ final class BroadcastStorage<Element: Sendable, Failure: Error>: @unchecked Send
     func subscribe(policy: BroadcastBufferingPolicy) -> SubscriberCore<Element, Failure> {
         let subscriber = SubscriberCore<Element, Failure>(policy: policy, storage: self)
         let fromCancelledTask = Task.isCancelled
-        let followUp: MembershipFollowUp? = withState { state, effects in
+        let followUp: MembershipFollowUp? = withState(.registrant) { state, effects in
             let countBefore = state.subscribers.count
             state.subscribe(subscriber, fromCancelledTask: fromCancelledTask, effects: &effects)
             return state.observesMembership
@@ -92,7 +118,7 @@ final class BroadcastStorage<Element: Sendable, Failure: Error>: @unchecked Send
     /// Unregisters an ending subscriber and releases emitters that waited on it.
     @inlinable
     func remove(_ subscriber: SubscriberCore<Element, Failure>) {
-        let followUp: MembershipFollowUp? = withState { state, effects in
+        let followUp: MembershipFollowUp? = withState(.registrant) { state, effects in
             let countBefore = state.subscribers.count
             state.remove(subscriber, effects: &effects)
             return state.observesMembership
@@ -112,7 +138,7 @@ final class BroadcastStorage<Element: Sendable, Failure: Error>: @unchecked Send
 
     @inlinable
     func send(_ element: Element) -> BroadcastSendResult {
-        withState { state, effects in
+        withState(.sender) { state, effects in
             state.terminal == nil ? state.deliver(element, effects: &effects) : .finished
         }
     }
@@ -126,7 +152,7 @@ final class BroadcastStorage<Element: Sendable, Failure: Error>: @unchecked Send
 
     @inlinable
     func emit(_ element: Element) async throws(CancellationError) -> BroadcastSendResult {
-        let start: EmitStart = withState { state, effects in
+        let start: EmitStart = withState(.sender) { state, effects in
             if state.terminal != nil { return .done(.finished) }
             announceEmitterCheck()
             if state.emitterMayProceed() { return .done(state.deliver(element, effects: &effects)) }

@@ -96,7 +96,11 @@ struct SubscriberBuffer<Element: Sendable>: @unchecked Sendable {
         if let ring {
             storage = .lockFree(ring)
         } else {
-            storage = .locked(.passRetained(LockedRing(initialCapacity: policy.initialStorageCapacity)))
+            // Capped like the lock-free ring's first segment
+            // (`SPSCRing.firstSegmentSlotBytes`): an idle subscriber holds
+            // a few slots, and the ring doubles when more are needed.
+            let fitting = Swift.max(SPSCRing<Element>.firstSegmentSlotBytes / Swift.max(MemoryLayout<Element>.stride, 1), 1)
+            storage = .locked(.passRetained(LockedRing(initialCapacity: Swift.min(policy.initialStorageCapacity, fitting))))
         }
     }
 

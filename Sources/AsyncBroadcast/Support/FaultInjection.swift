@@ -29,6 +29,16 @@ enum Fault {
         #endif
     }
 
+    /// Senders never let waiting registrants take the lock first
+    /// (`RegistrationFairness`): `subscribe()` waits through many sends.
+    @inlinable static var unfairRegistration: Bool {
+        #if ASYNCBROADCAST_FAULT_UNFAIR_REGISTRATION
+        return true
+        #else
+        return false
+        #endif
+    }
+
     /// A full `.bufferingNewest` subscriber's eviction is not counted in
     /// `droppedCount`.
     @inlinable static var miscountEviction: Bool {

@@ -22,6 +22,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <sched.h>
 
 #if defined(__APPLE__)
 #include <os/lock.h>
@@ -129,6 +130,33 @@ static inline void cab_thread_fence_light(void) {
 void cab_thread_fence_heavy(void);
 /// Whether the light fence is only a compiler barrier in this process.
 bool cab_asymmetric_fences_active(void);
+
+// MARK: - Hints
+//
+// For `RegistrationFairness` (a producer that lets a registrant take the
+// sequence lock first, a registrant waiting out the send in progress) and a
+// send's walk over many subscribers.
+
+/// One spin-loop hint (x86 `pause`, arm64 `yield`): tells the core that this
+/// thread waits, so a sibling hyperthread runs and the loop leaves no
+/// speculated loads to unwind when the word changes.
+static inline void cab_cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__) || defined(__arm__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+/// A hint to bring the cache line at `address` in for writing (a send's
+/// loop asks for subscribers it will reach a few iterations later). Never
+/// faults, orders nothing.
+static inline void cab_prefetch_for_write(const void *_Nullable address) {
+    __builtin_prefetch(address, 1, 3);
+}
+
+/// Gives the CPU to another runnable thread (sched_yield).
+static inline void cab_thread_yield(void) { (void)sched_yield(); }
 
 // MARK: - Mutex
 //

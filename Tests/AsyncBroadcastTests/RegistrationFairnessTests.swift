@@ -1,0 +1,59 @@
+import Foundation
+import Testing
+@testable import AsyncBroadcast
+
+/// `subscribe()` and `cancel()` against a producer that sends without pause
+/// (`RegistrationFairness`). Counted in sends, not time: how many sends the
+/// producer completed while one registration ran. With the gate it is the
+/// send in progress and perhaps the next; without it
+/// (`-DASYNCBROADCAST_FAULT_UNFAIR_REGISTRATION`) the producer retakes the
+/// lock again and again before the registrant gets it.
+@Suite struct RegistrationFairnessTests {
+    @Test func registrationWaitsForAtMostTheSendInProgress() async throws {
+        let subscriberCount = 4_096
+        let registrations = 21
+        let sequence = BroadcastSequence<Int, Never>()
+        let idle = (0..<subscriberCount).map { _ in sequence.subscribe(bufferingPolicy: .bufferingNewest(1)) }
+        let sends = Locked(0)
+        let stop = Locked(false)
+        let waited = Locked<(subscribe: [Int], cancel: [Int])>(([], []))
+
+        try await raceOnThreads(2, "a producer sending while registrations run") { role in
+            if role == 0 {
+                var value = 0
+                while !stop.value {
+                    value += 1
+                    _ = sequence.send(value)
+                    sends.withLock { $0 += 1 }
+                }
+            } else {
+                while sends.value < 3 { sched_yield() }
+                var subscribes: [Int] = []
+                var cancels: [Int] = []
+                for _ in 0..<registrations {
+                    let before = sends.value
+                    let subscription = sequence.subscribe(bufferingPolicy: .bufferingNewest(1))
+                    let subscribed = sends.value
+                    subscription.cancel()
+                    let cancelled = sends.value
+                    subscribes.append(subscribed - before)
+                    cancels.append(cancelled - subscribed)
+                }
+                waited.value = (subscribes, cancels)
+                stop.value = true
+            }
+        }
+
+        // Typically 1: the send that held the lock when the registrant
+        // arrived. The median leaves room for a registrant thread that the
+        // OS descheduled between its two reads of the counter.
+        for (what, counts) in [("subscribe()", waited.value.subscribe), ("cancel()", waited.value.cancel)] {
+            let sorted = counts.sorted()
+            let median = sorted[sorted.count / 2]
+            print("registration fairness: sends completed during one \(what), sorted: \(sorted)")
+            #expect(median <= 3, "sends completed during one \(what): median \(median), all \(sorted)")
+        }
+        #expect(sequence.subscriberCount == subscriberCount)
+        withExtendedLifetime(idle) {}
+    }
+}
