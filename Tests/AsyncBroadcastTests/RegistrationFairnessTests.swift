@@ -30,7 +30,16 @@ import Testing
                 while sends.value < 3 { sched_yield() }
                 var subscribes: [Int] = []
                 var cancels: [Int] = []
-                for _ in 0..<registrations {
+                for index in 0..<registrations {
+                    // Arrive somewhere inside a send rather than right after
+                    // one ended (when the lock is free anyway): wait for the
+                    // producer to complete one more send, then a varying
+                    // stretch of busy work.
+                    let target = sends.value + 1
+                    while sends.value < target { sched_yield() }
+                    var work = 0
+                    for step in 0..<(index &* 7_919 % 20_000) { work &+= step }
+                    blackHole(work)
                     let before = sends.value
                     let subscription = sequence.subscribe(bufferingPolicy: .bufferingNewest(1))
                     let subscribed = sends.value
@@ -56,4 +65,9 @@ import Testing
         #expect(sequence.subscriberCount == subscriberCount)
         withExtendedLifetime(idle) {}
     }
+}
+
+@inline(never)
+private func blackHole(_ value: Int) {
+    if value == -1 { print(value) }
 }

@@ -60,6 +60,10 @@ struct RegistrationFairness: @unchecked Sendable {
         #if ASYNCBROADCAST_WEAK_MEMORY
         lock.lock()
         #else
+        if Fault.unfairRegistration {
+            lock.lock()
+            return
+        }
         _ = arrived.fetchAddAcquiringAndReleasing(1)
         var spins = 0
         while !lock.tryLock() {

@@ -29,8 +29,9 @@ enum Fault {
         #endif
     }
 
-    /// Senders never let waiting registrants take the lock first
-    /// (`RegistrationFairness`): `subscribe()` waits through many sends.
+    /// No registration gate (`RegistrationFairness`): registrants take the
+    /// lock like anyone else and senders never let them in first, as before
+    /// the gate existed; `subscribe()` waits through many sends.
     @inlinable static var unfairRegistration: Bool {
         #if ASYNCBROADCAST_FAULT_UNFAIR_REGISTRATION
         return true

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Proves that a unit test can fail where no stress round or fuzz target
+# would: for each deliberate fault below, builds the tests with
+# -DASYNCBROADCAST_FAULT_<NAME> and asserts that the named test fails; then
+# runs the same test unfaulted as a control, which must pass.
+#
+#   bash scripts/test-faults.sh
+#
+# The faults:
+#   UNFAIR_REGISTRATION  senders never let waiting subscribe()/cancel() calls
+#                        take the sequence lock first (RegistrationFairness);
+#                        caught by RegistrationFairnessTests, which counts the
+#                        sends completed during one registration. Nothing
+#                        else can see it: it changes who waits, not what
+#                        anyone receives.
+#
+# Environment: TEST_FAULT_ATTEMPTS (faulted runs per fault, default 3).
+# Scratch: .build-fault-test-<name> (ignored by git). Exit status: 0 iff
+# every fault was caught and every control passed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+pairs=(
+    "UNFAIR_REGISTRATION RegistrationFairnessTests"
+)
+
+# The fault shows as a registration waiting through many sends, which needs
+# the producer on a CPU while the registrant sleeps on the lock; on a machine
+# loaded far beyond its cores the producer is off the CPU too often for that,
+# so a faulted run may pass. Any failing attempt counts as caught.
+attempts=${TEST_FAULT_ATTEMPTS:-3}
+failures=0
+for pair in "${pairs[@]}"; do
+    read -r fault test <<<"$pair"
+    scratch=".build-fault-test-$(echo "$fault" | tr 'A-Z_' 'a-z-')"
+    mkdir -p "$scratch"
+    log="$scratch/test-faults.log"
+    echo "== $fault: $test must fail (up to $attempts attempts)"
+    caught=0
+    for attempt in $(seq 1 "$attempts"); do
+        if swift test --scratch-path "$scratch" -Xswiftc "-DASYNCBROADCAST_FAULT_$fault" \
+            --filter "$test" >"$log" 2>&1; then
+            echo "attempt $attempt: $test passed with $fault"
+        elif grep -q "Expectation failed" "$log"; then
+            echo "ok: caught on attempt $attempt ($(grep -m1 'Expectation failed' "$log" | sed 's/.*Expectation failed: //'))"
+            caught=1
+            break
+        else
+            echo "attempt $attempt: $test did not fail on an expectation (a build error?); log: $log"
+            tail -n 20 "$log"
+            break
+        fi
+    done
+    if [[ $caught -eq 0 ]]; then
+        echo "FAIL: $fault not caught (last log: $log)"
+        failures=$((failures + 1))
+    fi
+    echo "== control: $test must pass unfaulted"
+    if swift test --filter "$test" >"$log.control" 2>&1; then
+        echo "ok: passed"
+    else
+        echo "FAIL: $test failed unfaulted (log: $log.control)"
+        tail -n 20 "$log.control"
+        failures=$((failures + 1))
+    fi
+done
+if [[ $failures -eq 0 ]]; then echo "test-faults: every fault caught, every control passed"; fi
+exit $((failures > 0))
