@@ -20,8 +20,9 @@ public import _CAtomics  // `cab_cpu_relax`, `cab_thread_yield` (inlinable calle
 ///   yielding the CPU) until `served` reaches the `arrived` it read.
 ///
 /// So a registrant waits for at most the send in progress, and a sender for
-/// at most the registrations that arrived before it looked: neither side
-/// can starve the other, and nobody waits while holding the lock (a sender
+/// at most the registrations that arrived before it looked (and never for
+/// more than `senderYields` yields of the CPU): neither side can starve the
+/// other, and nobody waits while holding the lock (a sender
 /// waits before locking, a registrant is inside only to do its O(1) work).
 /// The fast path of a send is two relaxed loads of a line that only
 /// registrations write.
@@ -53,6 +54,12 @@ struct RegistrationFairness: @unchecked Sendable {
     @inlinable static var registrantSpins: Int { 2_048 }
     /// A sender's spins before it starts yielding the CPU.
     @inlinable static var senderSpins: Int { 128 }
+    /// A sender's yields before it stops waiting and takes the lock anyway:
+    /// a registrant that arrived gets the lock within microseconds unless
+    /// the scheduler keeps it off the CPU (a real-time sender on the same
+    /// core, which `sched_yield` does not step aside for). Then deferring
+    /// further would only stall the sender, so the wait is bounded.
+    @inlinable static var senderYields: Int { 1_024 }
 
     /// Takes `lock` for `subscribe()` or `cancel()`.
     @inlinable
@@ -96,11 +103,13 @@ struct RegistrationFairness: @unchecked Sendable {
         // between two looks.
         while served.loadRelaxed() &- target < 0 {
             if spins < Self.senderSpins {
-                spins += 1
                 cab_cpu_relax()
-            } else {
+            } else if spins < Self.senderSpins + Self.senderYields {
                 cab_thread_yield()
+            } else {
+                return
             }
+            spins += 1
         }
     }
 }
