@@ -169,9 +169,15 @@ struct SPSCRing<Element>: @unchecked Sendable {
     @inlinable
     static func firstCapacity(limit: Int) -> Int {
         let wanted = RingBuffer<Element>.roundUpToPowerOfTwo(Swift.max(Swift.min(limit, defaultCapacity), 1))
+        return Swift.min(wanted, slotsFittingFirstSegmentBytes)
+    }
+
+    /// The most slots, a power of two and at least one, that fit in
+    /// `firstSegmentSlotBytes`: 16 `Int`s, 2 elements of 64 bytes, 4 of 24.
+    @inlinable
+    static var slotsFittingFirstSegmentBytes: Int {
         let fitting = Swift.max(firstSegmentSlotBytes / Swift.max(MemoryLayout<Element>.stride, 1), 1)
-        let fittingPowerOfTwo = 1 << (Int.bitWidth - 1 - fitting.leadingZeroBitCount)
-        return Swift.min(wanted, fittingPowerOfTwo)
+        return 1 << (Int.bitWidth - 1 - fitting.leadingZeroBitCount)
     }
 
     @inlinable @inline(__always) var tail: AtomicInt { AtomicInt(unowned: producer.assumingMemoryBound(to: cab_atomic_int.self)) }

@@ -24,7 +24,10 @@ extension BroadcastStorage {
     func reconcileSharing() {
         var outcome: SharingActionOutcome? = nil
         while true {
-            let action: SharingAction? = withState { state, effects in
+            // O(1) sections that `subscribe()` and `cancel()` wait for (the
+            // start and stop they cause): registrants, so a producer
+            // sending without pause lets them in (`RegistrationFairness`).
+            let action: SharingAction? = withState(.registrant) { state, effects in
                 if let outcome { state.sharing!.record(outcome) }
                 return state.nextSharingAction(effects: &effects)
             }
@@ -171,7 +174,8 @@ extension BroadcastStorage {
 
     // MARK: Batches
 
-    /// `send(contentsOf:)`: one section and one wake pass for the whole batch.
+    /// `send(contentsOf:)`: one section for the whole batch, and one wake
+    /// pass per chunk of subscribers (`BroadcastState.deliver(batch:effects:)`).
     @inlinable
     func send(batch: UnsafeBufferPointer<Element>) -> BroadcastSendResult {
         withState(.sender) { state, effects in

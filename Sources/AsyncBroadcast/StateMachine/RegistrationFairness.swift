@@ -19,10 +19,10 @@ public import _CAtomics  // `cab_cpu_relax`, `cab_thread_yield` (inlinable calle
 ///   registrants arrived that are not served yet, it waits (spinning, then
 ///   yielding the CPU) until `served` reaches the `arrived` it read.
 ///
-/// So a registrant waits for at most the send in progress, and a sender for
-/// at most the registrations that arrived before it looked (and never for
-/// more than `senderYields` yields of the CPU): neither side can starve the
-/// other, and nobody waits while holding the lock (a sender
+/// So a registrant that is on a CPU waits for at most the send in progress,
+/// and a sender for at most the registrations that arrived before it looked
+/// (and never for more than `senderYields` yields of the CPU, once per
+/// group of registrants): neither side can starve the other, and nobody waits while holding the lock (a sender
 /// waits before locking, a registrant is inside only to do its O(1) work).
 /// The fast path of a send is two relaxed loads of a line that only
 /// registrations write.
@@ -38,16 +38,21 @@ public import _CAtomics  // `cab_cpu_relax`, `cab_thread_yield` (inlinable calle
 /// only grow the schedules they explore.
 @usableFromInline
 struct RegistrationFairness: @unchecked Sendable {
-    /// Word 0: `arrived`, word 1: `served` (one line, written only by
-    /// registrations).
+    /// Word 0: `arrived`, word 1: `served` (written only by registrations),
+    /// word 2: `abandoned` (written only by senders).
     @usableFromInline let block: AtomicBlock
 
-    @inlinable init() { block = AtomicBlock(wordCount: 2) }
+    @inlinable init() { block = AtomicBlock(wordCount: 3) }
 
     @inlinable func destroy() { block.destroy() }
 
     @inlinable var arrived: AtomicInt { block.word(0) }
     @inlinable var served: AtomicInt { block.word(1) }
+    /// The last `arrived` a sender stopped waiting for (see `senderYields`):
+    /// later sends do not wait for the same registrants again, only for
+    /// newer ones, so a registrant kept off the CPU costs the senders one
+    /// bounded wait, not one per send.
+    @inlinable var abandoned: AtomicInt { block.word(2) }
 
     /// `tryLock` attempts before a registrant blocks: about 20-50 µs of
     /// spinning, longer than a send to 1,024 subscribers.
@@ -92,7 +97,9 @@ struct RegistrationFairness: @unchecked Sendable {
         #if !ASYNCBROADCAST_WEAK_MEMORY
         if Fault.unfairRegistration { return }
         let arrived = arrived.loadRelaxed()
-        if arrived != served.loadRelaxed() { waitForRegistrations(arrivedBefore: arrived) }
+        if arrived != served.loadRelaxed() && arrived != abandoned.loadRelaxed() {
+            waitForRegistrations(arrivedBefore: arrived)
+        }
         #endif
     }
 
@@ -107,6 +114,7 @@ struct RegistrationFairness: @unchecked Sendable {
             } else if spins < Self.senderSpins + Self.senderYields {
                 cab_thread_yield()
             } else {
+                abandoned.storeRelaxed(target)
                 return
             }
             spins += 1

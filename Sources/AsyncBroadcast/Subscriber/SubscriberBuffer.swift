@@ -99,7 +99,7 @@ struct SubscriberBuffer<Element: Sendable>: @unchecked Sendable {
             // Capped like the lock-free ring's first segment
             // (`SPSCRing.firstSegmentSlotBytes`): an idle subscriber holds
             // a few slots, and the ring doubles when more are needed.
-            let fitting = Swift.max(SPSCRing<Element>.firstSegmentSlotBytes / Swift.max(MemoryLayout<Element>.stride, 1), 1)
+            let fitting = SPSCRing<Element>.slotsFittingFirstSegmentBytes
             storage = .locked(.passRetained(LockedRing(initialCapacity: Swift.min(policy.initialStorageCapacity, fitting))))
         }
     }
