@@ -3,8 +3,8 @@ import Foundation
 import Testing
 @_spi(Testing) @testable import AsyncBroadcast
 
-/// `send(contentsOf:)` delivers a whole batch to each subscriber and then
-/// runs one wake pass: these check that it still behaves exactly like
+/// `send(contentsOf:)` delivers a whole batch to each subscriber, with one
+/// wake pass per chunk of subscribers: these check that it still behaves exactly like
 /// consecutive `send(_:)` calls (see also `SharingBatchTests`).
 @Suite struct BatchSendTests {
     static let policies: [BroadcastBufferingPolicy] = [
@@ -12,10 +12,11 @@ import Testing
         .bufferingNewest(3), .bufferingNewest(0), .bufferingOldest(1000), .bufferingNewest(1000),
     ]
 
-    /// A batch longer than the lock-free ring's first segment (64), so the
-    /// ring grows inside the batch: every subscriber holds, drops and counts
-    /// what one-by-one sends give, and the results add up the same.
-    @Test(arguments: [1, 3, 64, 65, 300])
+    /// Batches around the lock-free ring's first segment (16 `Int`s) and
+    /// the old 64, so the ring grows inside the batch: every subscriber
+    /// holds, drops and counts what one-by-one sends give, and the results
+    /// add up the same.
+    @Test(arguments: [1, 3, 16, 17, 64, 65, 300])
     func aBatchEqualsConsecutiveSends(count: Int) {
         let batched = BroadcastSequence(of: Int.self)
         let oneByOne = BroadcastSequence(of: Int.self)

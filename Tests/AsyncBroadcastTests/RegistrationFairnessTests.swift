@@ -54,13 +54,15 @@ import Testing
         }
 
         // Typically 1: the send that held the lock when the registrant
-        // arrived. The median leaves room for a registrant thread that the
-        // OS descheduled between its two reads of the counter.
+        // arrived. The median, and a limit well above 1 (without the gate
+        // the median is in the tens to hundreds), leave room for a loaded
+        // machine: a registrant descheduled between its two reads of the
+        // counter, or kept off the CPU past a sender's bounded wait.
         for (what, counts) in [("subscribe()", waited.value.subscribe), ("cancel()", waited.value.cancel)] {
             let sorted = counts.sorted()
             let median = sorted[sorted.count / 2]
             print("registration fairness: sends completed during one \(what), sorted: \(sorted)")
-            #expect(median <= 3, "sends completed during one \(what): median \(median), all \(sorted)")
+            #expect(median <= 10, "sends completed during one \(what): median \(median), all \(sorted)")
         }
         #expect(sequence.subscriberCount == subscriberCount)
         withExtendedLifetime(idle) {}
