@@ -15,7 +15,9 @@
 // other run's, so the optimiser cannot drop the copies: every value read
 // back out of a ring reaches the checked sum.
 
-/// Elements per chunk, and each ring's capacity (the SPSC ring's first segment holds 64 too).
+/// Elements per chunk, and each ring's capacity (the SPSC ring's first
+/// segment held 64 too when the floor was written; it now holds 16 `Int`s
+/// and grows, and a consumer that lags by a chunk lives in a 64-slot one).
 let floorChunk = 64
 
 public enum FloorPeer {

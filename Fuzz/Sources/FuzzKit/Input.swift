@@ -27,8 +27,9 @@ public struct ByteReader {
 }
 
 /// Capacities around the power-of-two boundaries of the buffers: the
-/// locked ring starts at min(n, 16) rounded up to a power of two and doubles;
-/// the lock-free ring's first segment is min(n, 64) and doubles.
+/// locked ring starts at min(n, 16, 128 bytes' worth) rounded up to a power
+/// of two and doubles; the lock-free ring's first segment is min(n, 64,
+/// 128 bytes' worth: 16 `Int`s) and doubles.
 public let capacityTable = [0, 1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129]
 public let replayTable = [0, 0, 1, 2, 3, 4, 5, 8, 16, 17, 64, 65]
 
