@@ -27,11 +27,15 @@ enum RoundKind: String, Sendable, CaseIterable {
     /// sequence round's plan (from the same seed) is what it always was;
     /// with `--kinds`, a seed whose kind is excluded draws again among the
     /// allowed ones (so `--round-seed` replays need the same `--kinds`).
+    /// When `--kinds` names large-n, every draw is among the allowed kinds
+    /// with their requested weights: large-n's natural weight is 0, so
+    /// drawing it naturally first would never pick it beside other kinds.
     static func of(seed: UInt64, allowed: [RoundKind]?) -> RoundKind {
         var rng = SplitMix64(seed: seed ^ 0xB10A_DCA5_7000_0001)
         let all = RoundKind.allCases
         let natural = all[rng.weighted(all.map(\.weight))]
-        guard let allowed, !allowed.isEmpty, !allowed.contains(natural) else { return natural }
+        guard let allowed, !allowed.isEmpty else { return natural }
+        if allowed.contains(natural) && !allowed.contains(.largeN) { return natural }
         return allowed[rng.weighted(allowed.map(\.requestedWeight))]
     }
 }
