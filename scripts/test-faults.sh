@@ -9,10 +9,12 @@
 # The faults:
 #   UNFAIR_REGISTRATION  senders never let waiting subscribe()/cancel() calls
 #                        take the sequence lock first (RegistrationFairness);
-#                        caught by RegistrationFairnessTests, which counts the
-#                        sends completed during one registration. Nothing
-#                        else can see it: it changes who waits, not what
-#                        anyone receives.
+#                        caught by RegistrationFairnessTests: the hand-off
+#                        test (the registrant must get the lock before a
+#                        sender that unlocks and asks again, 20 trials) and
+#                        the count of sends completed during one
+#                        registration. Nothing else can see it: it changes
+#                        who waits, not what anyone receives.
 #
 # Environment: TEST_FAULT_ATTEMPTS (faulted runs per fault, default 3).
 # Scratch: .build-fault-test-<name> (ignored by git). Exit status: 0 iff
@@ -24,10 +26,8 @@ pairs=(
     "UNFAIR_REGISTRATION RegistrationFairnessTests"
 )
 
-# The fault shows as a registration waiting through many sends, which needs
-# the producer on a CPU while the registrant sleeps on the lock; on a machine
-# loaded far beyond its cores the producer is off the CPU too often for that,
-# so a faulted run may pass. Any failing attempt counts as caught.
+# The hand-off test caught the fault in every run seen, idle or loaded; the
+# send count needs an idle machine. Any failing attempt counts as caught.
 attempts=${TEST_FAULT_ATTEMPTS:-3}
 failures=0
 for pair in "${pairs[@]}"; do
