@@ -143,11 +143,25 @@ final class RoundContext: Sendable {
     }
 
     /// A producer thread waits (sched_yield) for the target consumer to park in `next()`.
+    ///
+    /// Also bounded in time: on a machine with many more runnable threads
+    /// than cores each `sched_yield` gives the CPU away for a whole time
+    /// slice, and a round of a large-n plan, with dozens of cancellations
+    /// of consumers that will not park (asleep, not started, subscribing
+    /// themselves), spent seconds per action here and overran its deadline
+    /// with every task idle (seen at 7 busy threads on 2 cores).
     func spinUntilParked(_ action: ChaosAction) {
         guard case .cancelTask(let id) = action else { return }
         let slot = slots[id]
-        for _ in 0..<Self.parkSpins * 4 where !slot.isParked && !slot.hasEnded { yieldThread() }
+        let giveUp = monotonicSeconds() + Self.parkWaitSeconds
+        for _ in 0..<Self.parkSpins * 4 where !slot.isParked && !slot.hasEnded {
+            if monotonicSeconds() > giveUp { return }
+            yieldThread()
+        }
     }
+
+    /// The longest a producer thread waits for one consumer to park.
+    static let parkWaitSeconds = 0.05
 
     // MARK: Finishing
 
