@@ -24,16 +24,19 @@ import Testing
             let lock = Lock()
             let gate = RegistrationFairness()
             let order = Locked<[String]>([])
-            let asking = Locked(false)
-            lock.lock()
+            let held = Locked(false)
+            // Every lock and unlock of `lock` on the thread that took it
+            // (a mutex unlocked by another thread is undefined, and
+            // ThreadSanitizer's deadlock detector hangs on it).
             try await raceOnThreads(2, "a registrant and a sender taking turns") { role in
                 if role == 0 {
-                    asking.value = true
+                    while !held.value { sched_yield() }
                     gate.lockForRegistration(lock)
                     order.withLock { $0.append("registrant") }
                     lock.unlock()
                 } else {
-                    while !asking.value { sched_yield() }
+                    lock.lock()
+                    held.value = true
                     // Until the registrant has announced itself (the gate)
                     // or for 5 ms (the fault: it announces nothing), so
                     // that it is waiting for the lock when we let go.
