@@ -97,14 +97,17 @@ struct RegistrationFairness: @unchecked Sendable {
         #if !ASYNCBROADCAST_WEAK_MEMORY
         if Fault.unfairRegistration { return }
         let arrived = arrived.loadRelaxed()
-        if arrived != served.loadRelaxed() && arrived != abandoned.loadRelaxed() {
-            waitForRegistrations(arrivedBefore: arrived)
-        }
+        if arrived != served.loadRelaxed() { waitForRegistrations(arrivedBefore: arrived) }
         #endif
     }
 
+    /// Out of line, the `abandoned` check included: every send's inlined
+    /// part is only the two loads above. With that check inlined too, a
+    /// send to one subscriber measured about 25 % slower (`fanout-compare`,
+    /// unbounded, N = 1: 99-116 against 78-87 ns per delivery, interleaved).
     @inlinable @inline(never)
     func waitForRegistrations(arrivedBefore target: Int) {
+        if target == abandoned.loadRelaxed() { return }
         var spins = 0
         // Wrapping difference: the counters may wrap, never by half a word
         // between two looks.
