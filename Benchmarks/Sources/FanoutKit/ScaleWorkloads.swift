@@ -81,6 +81,8 @@ enum ScaleWorkload: String, CaseIterable {
     case memory = "scale: idle memory"
     case producers = "scale: producers"
     case valueWake = "scale: value wake"
+    case registrationStorm = "scale: registration storm"
+    case lifecycle = "lifecycle: finish(), short-lived sequences, create + release"
 }
 
 /// The scale workloads the options select. With a filter, only one that
@@ -89,7 +91,10 @@ enum ScaleWorkload: String, CaseIterable {
 func scaleWorkloads(_ o: CompareOptions) -> [ScaleWorkload] {
     if o.onlyN == 0 { return [] }
     guard let f = o.filter?.lowercased() else { return ScaleWorkload.allCases }
-    guard f.contains("scale") else { return [] }
+    // `--filter storm` and `--filter lifecycle` name theirs; any other
+    // filter must mention "scale" (so `--filter value` is not "scale: value wake").
+    if f == "storm" { return [.registrationStorm] }
+    if !f.contains("scale") { return ScaleWorkload.allCases.filter { !$0.rawValue.hasPrefix("scale") && $0.rawValue.contains(f) } }
     return ScaleWorkload.allCases.filter { $0.rawValue.contains(f) }
 }
 
@@ -109,6 +114,8 @@ struct ScalePlan {
     var producerCounts = [1, 2, 4, 8]
     var idleCount: Int
     var peerWords: [String]?
+    /// `--n N`, if given.
+    var onlyN: Int?
 
     init(_ o: CompareOptions) {
         smoke = o.smoke
@@ -123,6 +130,7 @@ struct ScalePlan {
         }
         idleCount = o.smoke ? 1_000 : 10_000
         peerWords = o.peerFilter?.lowercased().split(separator: ",").map(String.init)
+        onlyN = o.onlyN
     }
 
     /// Timed runs per peer at N: fewer at large N.
@@ -257,8 +265,13 @@ struct ScaleRun: Sendable {
     var windowNanos: UInt64 = 0
     /// The producer's time per send before the measuring started.
     var quietSendNanos: Double = .nan
-    // producers
+    // producers (and the lifecycle cells' rates)
     var deliveriesPerSecond: Double = .nan
+    // registration storm (and the lifecycle cells' finish() calls)
+    var sendCallNanos: [UInt64] = []
+    var worstSendNanos: UInt64 = 0
+    var registrations = 0
+    var worstRegistrationNanos: UInt64 = 0
 }
 
 struct ScaleCell {
@@ -1360,6 +1373,14 @@ func runScale(_ o: CompareOptions, _ workloads: [ScaleWorkload], watchdog: Watch
             + "the end). ÷ its P = 1: this peer at P / itself at P = 1 (below 1: total throughput falls as producers are added). "
             + "this ÷ lock+AsyncStream: above 1, more deliveries per second. Checked: every reader got all M keys, each producer's in "
             + "the order sent, and every reader the same order as reader 0 (an order-sensitive hash).")
+    }
+
+    if workloads.contains(.registrationStorm) {
+        for line in await ctx.stormTable(o) { p(line) }
+    }
+
+    if workloads.contains(.lifecycle) {
+        for line in await ctx.lifecycleTable(o) { p(line) }
     }
 
     if !ctx.notes.isEmpty {
