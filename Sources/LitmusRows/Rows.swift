@@ -53,15 +53,6 @@ struct Scenario {
     @_spi(Testing) public let shown: [Ordering]
     /// Orderings the row relies on that this model cannot show (why).
     @_spi(Testing) public let notShown: [(Ordering, String)]
-    /// The orderings whose removal the model can show with fences of that
-    /// kind. With asymmetric fences (Linux with membarrier(2)) the light
-    /// fence is only a compiler barrier: the heavy side does the work, and
-    /// removing the light one changes nothing the hardware (or the model)
-    /// could show.
-    @_spi(Testing) public func shown(asymmetricFences: Bool) -> [Ordering] {
-        asymmetricFences ? shown.filter { $0 != .popSkipsFence } : shown
-    }
-
     /// Ordered by a lock: must pass with every ordering removed.
     @_spi(Testing) public let lockOrdered: Bool
     /// Side A / side B runs a task's job (a job is never run inside another

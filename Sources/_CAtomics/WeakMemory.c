@@ -305,28 +305,6 @@ void cab_wm_fence(void) {
 
 void cab_wm_runtime_sync(void) { cab_wm_fence(); }
 
-// Asymmetric fences, as on Linux with membarrier(2) unless the harness says
-// otherwise: the light one orders nothing in hardware (a compiler barrier),
-// the heavy one makes every thread pass a full barrier (every buffer drains).
-static bool cab_wm_asymmetric = true;
-
-void cab_wm_set_asymmetric_fences(bool on) { cab_wm_asymmetric = on; }
-
-void cab_wm_light_fence(void) {
-    if (!cab_wm_asymmetric) { cab_wm_fence(); return; }
-    cab_wm_maybe_preempt();
-}
-
-void cab_wm_heavy_fence(void) {
-    if (!cab_wm_asymmetric) { cab_wm_fence(); return; }
-    cab_wm_maybe_preempt();
-    cab_wm_enter();
-    if (cab_wm_enabled && !cab_wm_observer) {
-        for (intptr_t t = 0; t < CAB_WM_THREADS; t++) cab_wm_drain_oldest(&cab_wm_buffers[t], CAB_WM_CAPACITY);
-    }
-    cab_wm_leave();
-}
-
 // MARK: Locks
 
 static cab_wm_mark *cab_wm_find_mark(cab_lock *l) {

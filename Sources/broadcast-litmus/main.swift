@@ -22,19 +22,15 @@ func report(_ ok: Bool, _ line: String) {
     print((ok ? "PASS  " : "FAIL  ") + line)
 }
 let only = CommandLine.arguments.dropFirst().compactMap { Int($0) }
-// Both kinds of fence pair: asymmetric (Linux with membarrier(2)) and the
-// symmetric fallback (full fences on both sides) used elsewhere.
-for asymmetric in [true, false] {
-WeakMemoryModel.setAsymmetricFences(asymmetric)
 for row in rows where only.isEmpty || only.contains(row.number) {
-    let label = "row \(row.number) (\(row.name); \(asymmetric ? "asymmetric" : "symmetric") fences)"
+    let label = "row \(row.number) (\(row.name))"
     let baseline = firstFailure(row, removed: [])
     if let found = baseline.found {
         report(false, "\(label): fails with every ordering in place: \(found.failure) [\(found.schedule)]")
     } else {
         report(true, "\(label): all \(baseline.tried) schedules pass")
     }
-    for ordering in row.shown(asymmetricFences: asymmetric) {
+    for ordering in row.shown {
         if let found = firstFailure(row, removed: [ordering]).found {
             report(true, "\(label) without \(ordering.faultName): caught: \(found.failure) [\(found.schedule)]")
         } else {
@@ -48,15 +44,10 @@ for row in rows where only.isEmpty || only.contains(row.number) {
             report(true, "\(label) with every ordering removed: still passes (the lock orders it)")
         }
     }
-    if asymmetric && row.shown.contains(.popSkipsFence) {
-        print("NOTE  \(label) without POP_SKIPS_FENCE: not shown with asymmetric fences: the consumer's light fence is only a compiler barrier; the heavy one in finish() does the work")
-    }
     for (ordering, why) in row.notShown {
         print("NOTE  \(label) without \(ordering.faultName): not shown here: \(why)")
     }
 }
-}
-WeakMemoryModel.setAsymmetricFences(true)
 let statistics = WeakMemoryModel.statistics
 print("weak memory: \(statistics.buffered) stores buffered, \(statistics.staleLoads) loads read a value another thread had already replaced")
 print("\(passed) passed, \(failed) failed")

@@ -15,22 +15,18 @@ struct LitmusTests {
         WeakMemoryModel.setPreemptionHook(preemptionHook)
     }
 
-    @Test(arguments: rows.indices, [true, false])
-    func everyScheduleOfTheRowPasses(index: Int, asymmetricFences: Bool) {
-        WeakMemoryModel.setAsymmetricFences(asymmetricFences)
-        defer { WeakMemoryModel.setAsymmetricFences(true) }
+    @Test(arguments: rows.indices)
+    func everyScheduleOfTheRowPasses(index: Int) {
         let row = rows[index]
         let result = firstFailure(row, removed: [])
         #expect(result.found == nil, "row \(row.number) (\(row.name)): \(result.found.map { "\($0.failure) [\($0.schedule)]" } ?? "")")
         #expect(result.tried > 0)
     }
 
-    @Test(arguments: rows.indices, [true, false])
-    func everyOrderingTheRowReliesOnIsNecessary(index: Int, asymmetricFences: Bool) {
-        WeakMemoryModel.setAsymmetricFences(asymmetricFences)
-        defer { WeakMemoryModel.setAsymmetricFences(true) }
+    @Test(arguments: rows.indices)
+    func everyOrderingTheRowReliesOnIsNecessary(index: Int) {
         let row = rows[index]
-        for ordering in row.shown(asymmetricFences: asymmetricFences) {
+        for ordering in row.shown {
             #expect(firstFailure(row, removed: [ordering]).found != nil,
                     "row \(row.number) (\(row.name)) without \(ordering.faultName): no schedule fails")
         }
@@ -41,13 +37,10 @@ struct LitmusTests {
     }
 
     /// The race a client found: a consumer that takes its last element while
-    /// `finish()` runs stayed in `subscriberCount`. Without either half of the
-    /// fix (symmetric fences: either fence; asymmetric: the heavy one) the
-    /// model finds the schedule that leaves it counted.
-    @Test(arguments: [(Ordering.popSkipsFence, false), (.finishSkipsFence, false), (.finishSkipsFence, true)])
-    func theLastPopRacingFinishIsFoundWithoutItsFix(removed: Ordering, asymmetricFences: Bool) throws {
-        WeakMemoryModel.setAsymmetricFences(asymmetricFences)
-        defer { WeakMemoryModel.setAsymmetricFences(true) }
+    /// `finish()` runs stayed in `subscriberCount`. Without either fence of
+    /// the fix the model finds the schedule that leaves it counted.
+    @Test(arguments: [Ordering.popSkipsFence, .finishSkipsFence])
+    func theLastPopRacingFinishIsFoundWithoutItsFix(removed: Ordering) throws {
         let row = try #require(rows.first { $0.number == 2 && $0.name.hasSuffix("unbounded") })
         let found = try #require(firstFailure(row, removed: [removed]).found)
         #expect(found.failure.contains("still counted"))

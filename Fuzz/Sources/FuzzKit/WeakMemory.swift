@@ -65,19 +65,11 @@ public enum FuzzWeakMemory {
     /// drained, buffering on, the calling thread is the driver, the removed
     /// orderings in place. The first call prints the mode and arranges the
     /// statistics line at exit.
-    ///
-    /// The fence pair of the last-pop/finish handshake is asymmetric for an
-    /// input of even length (as on Linux with membarrier(2): the light fence
-    /// drains nothing, the heavy one every buffer) and symmetric for an odd
-    /// one (two full fences, as elsewhere), so both are fuzzed and a replay
-    /// gets the same kind. Taking the light fence away
-    /// (`FUZZ_REMOVE_ORDERING=popSkipsFence`) only shows with symmetric ones.
     public static func beginInput(_ input: ByteReader) {
         guard isOn else { return }
         WeakMemoryModel.setEnabled(false)  // drains every buffer
         WeakMemoryModel.drainAll()
         WeakMemoryModel.removedOrderings = removedOrderings
-        WeakMemoryModel.setAsymmetricFences(!removedOrderings.contains(.popSkipsFence) && input.count % 2 == 0)
         WeakMemoryModel.setEnabled(true)
         WeakMemoryModel.currentThread = driver
         inputs += 1

@@ -84,31 +84,6 @@ func sequentiallyConsistentFence() {
     #endif
 }
 
-/// The light side of an asymmetric fence pair (see `cab_thread_fence_light`):
-/// for the frequent side of a store-buffering handshake whose other side
-/// issues `asymmetricHeavyFence()`. A compiler barrier on Linux with
-/// membarrier(2), a full fence elsewhere.
-@inlinable @inline(__always)
-func asymmetricLightFence() {
-    #if ASYNCBROADCAST_WEAK_MEMORY
-    cab_wm_light_fence()
-    #else
-    cab_thread_fence_light()
-    #endif
-}
-
-/// The heavy side: every running thread of the process passes a full
-/// barrier (membarrier(2) on Linux; a full fence where light fences are
-/// full fences too). Microseconds: for rare events only (`finish`).
-@inlinable
-func asymmetricHeavyFence() {
-    #if ASYNCBROADCAST_WEAK_MEMORY
-    cab_wm_heavy_fence()
-    #else
-    cab_thread_fence_heavy()
-    #endif
-}
-
 /// Marks where the Swift runtime synchronises for us (a continuation's
 /// resume enqueues its task with a full barrier): nothing in a normal build;
 /// the weak-memory model drains the calling thread's stores there.

@@ -352,9 +352,9 @@ struct BroadcastState<Element: Sendable, Failure: Error>: ~Copyable {
         for position in subscribers.indices {
             subscribers[position]._withUnsafeGuaranteedRef { $0.setTerminal(subscriberTerminal) }
         }
-        // One heavy fence for every subscriber (rows 2 and 3 of
-        // Handshakes.md): then each one's head and park word are read.
-        if !Fault.finishSkipsFence { asymmetricHeavyFence() }
+        // One fence for every subscriber (rows 2 and 3 of Handshakes.md):
+        // then each one's head and park word are read.
+        if !Fault.finishSkipsFence { sequentiallyConsistentFence() }
         // Backwards, so that a swap-remove only moves an entry already seen.
         var index = subscribers.count - 1
         while index >= 0 {

@@ -241,7 +241,7 @@ final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendab
     }
 
     /// The second half of `finish`, after `setTerminal` and the sequence's
-    /// one heavy fence (`BroadcastState.finish`): wakes a parked reader.
+    /// one fence (`BroadcastState.finish`): wakes a parked reader.
     /// Returns `true` if the buffer is empty: the subscriber has ended and
     /// leaves the sequence now.
     ///
@@ -250,8 +250,8 @@ final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendab
     /// Handshakes.md) and a reader about to park (`Parking.park`, row 3).
     /// Each stores its word and then loads `terminalHint`; `finish` stored
     /// `terminalHint` (under the subscriber lock, only a release) and now
-    /// loads theirs, after the heavy fence that pairs with the consumer's
-    /// light one and with the reader's full one.
+    /// loads theirs, after the fence that pairs with the consumer's and the
+    /// reader's.
     @usableFromInline
     func finishAfterFence(effects: inout Effects<Element>) -> Bool {
         let drained = buffer.producerCount() == 0
@@ -389,10 +389,10 @@ final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendab
     /// Row 2 of Handshakes.md. A lock-free buffer's consumer publishes its
     /// head and then loads `terminalHint`; `finish` stores `terminalHint` and
     /// then loads the head. Without a fence on both sides each may miss the
-    /// other (store buffering), and nobody removes the subscriber. Consumers
-    /// catch up all the time and `finish` happens once, so the pair is
-    /// asymmetric: the light fence here (a compiler barrier where the heavy
-    /// one is membarrier(2)), the heavy one in `finish`. It is paid only when
+    /// other (store buffering), and nobody removes the subscriber. So both
+    /// sides issue a full fence (an asymmetric pair, membarrier(2) in
+    /// `finish` and a compiler barrier here, was measured and dropped: see
+    /// Handshakes.md). The fence here is paid only when
     /// this pop emptied the buffer as far as the consumer can see: otherwise
     /// a later pop takes the last element and looks again. A locked buffer
     /// needs no fence: its pop and `finish`'s count both take the subscriber
@@ -406,7 +406,7 @@ final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendab
     func leaveIfFinishedAndDrained() {
         if case .lockFree(let ring) = buffer.storage {
             guard ring.consumerReachedCachedTail else { return }
-            if !Fault.popSkipsFence { asymmetricLightFence() }
+            if !Fault.popSkipsFence { sequentiallyConsistentFence() }
         }
         // Once `terminalHint` is set nothing more is pushed: the emptiness
         // check after it is final.

@@ -61,15 +61,6 @@ public enum WeakMemoryModel {
         return (buffered, stale)
     }
 
-    /// Whether the model's light fence is only a compiler barrier and its
-    /// heavy fence drains every thread (as on Linux with membarrier(2), the
-    /// default), or both are full fences (the fallback elsewhere).
-    public static func setAsymmetricFences(_ on: Bool) { cab_wm_set_asymmetric_fences(on) }
-
-    /// Whether this process's light fence is only a compiler barrier
-    /// (membarrier(2) registered at load time), outside the model.
-    public static var processHasAsymmetricFences: Bool { cab_asymmetric_fences_active() }
-
     /// One ordering of a cross-thread handshake (a row of Handshakes.md)
     /// that a checker can take away, to show that it finds the bug.
     public enum Ordering: Int, CaseIterable, Sendable {

@@ -103,34 +103,6 @@ static inline void cab_thread_fence_seq_cst(void) {
     atomic_thread_fence(memory_order_seq_cst);
 }
 
-// MARK: - Asymmetric fence pair
-//
-// For a store-buffering handshake whose one side runs constantly (a consumer
-// taking its last element) and whose other side runs rarely (`finish()`):
-// the frequent side issues the light fence, the rare side the heavy one, and
-// together they order each side's store before its later load as a pair of
-// full fences would. On Linux with membarrier(2) the light fence is only a
-// compiler barrier and the heavy one makes every running thread of the
-// process pass a full barrier (MEMBARRIER_CMD_PRIVATE_EXPEDITED, registered
-// once at load time); elsewhere, or where the kernel refuses, both are full
-// fences. `cab_asymmetric_fences` tells which (set before main, never
-// changed, so a relaxed load is enough).
-
-extern _Atomic(intptr_t) cab_asymmetric_fences;
-
-static inline void cab_thread_fence_light(void) {
-    if (atomic_load_explicit(&cab_asymmetric_fences, memory_order_relaxed) != 0) {
-        atomic_signal_fence(memory_order_seq_cst);  // the compiler must not move accesses across it
-    } else {
-        atomic_thread_fence(memory_order_seq_cst);
-    }
-}
-
-/// The heavy side (out of line: a system call where it is available).
-void cab_thread_fence_heavy(void);
-/// Whether the light fence is only a compiler barrier in this process.
-bool cab_asymmetric_fences_active(void);
-
 // MARK: - Hints
 //
 // For `RegistrationFairness` (a producer that lets a registrant take the
@@ -372,12 +344,6 @@ intptr_t cab_wm_fetch_or(cab_atomic_int *_Nonnull a, intptr_t bits);
 void cab_wm_fence(void);
 /// Synchronisation the Swift runtime does for us (a continuation's resume).
 void cab_wm_runtime_sync(void);
-/// The asymmetric fence pair (see `cab_thread_fence_light`): with asymmetric
-/// fences on (the default, as on Linux), the light one drains nothing and
-/// the heavy one drains every thread's buffer; off, both are full fences.
-void cab_wm_set_asymmetric_fences(bool on);
-void cab_wm_light_fence(void);
-void cab_wm_heavy_fence(void);
 void cab_wm_lock(cab_lock *_Nonnull l);
 bool cab_wm_trylock(cab_lock *_Nonnull l);
 void cab_wm_unlock(cab_lock *_Nonnull l);
