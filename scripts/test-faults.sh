@@ -15,6 +15,12 @@
 #                        the count of sends completed during one
 #                        registration. Nothing else can see it: it changes
 #                        who waits, not what anyone receives.
+#   TORN_BUFFERED_COUNT  bufferedCount loads head, then tail, as two separate
+#                        reads; caught by BufferedCountTests' concurrent
+#                        snapshot test (an observer thread reading while a
+#                        producer sends and a reader keeps up: a count above
+#                        the policy's capacity). No stress round or fuzz
+#                        target reads bufferedCount concurrently.
 #
 # Environment: TEST_FAULT_ATTEMPTS (faulted runs per fault, default 3).
 # Scratch: .build-fault-test-<name> (ignored by git). Exit status: 0 iff
@@ -24,6 +30,7 @@ cd "$(dirname "$0")/.."
 
 pairs=(
     "UNFAIR_REGISTRATION RegistrationFairnessTests"
+    "TORN_BUFFERED_COUNT aSnapshotWhileTheReaderKeepsUpNeverExceedsWhatThePolicyAllows"
 )
 
 # The hand-off test caught the fault in every run seen, idle or loaded; the

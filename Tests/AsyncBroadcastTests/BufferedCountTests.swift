@@ -71,6 +71,91 @@ import Testing
         #expect(subscription.bufferedCount == 0)
     }
 
+    /// A capped subscriber whose reader keeps up, observed from another
+    /// thread while a producer sends without pause: every snapshot is a
+    /// count that existed, so never negative and never above what the policy
+    /// lets the subscriber hold (its capacity, or the replay it started
+    /// with). Two separate loads of head and tail are not a snapshot: an
+    /// observer held up between them subtracts a head that is stale by
+    /// everything read meanwhile (`-DASYNCBROADCAST_FAULT_TORN_BUFFERED_COUNT`;
+    /// seen here at 1-25 per million samples, up to tens of thousands).
+    /// Bounded by samples and by time, and stops at the first count out of
+    /// bounds.
+    /// The last case reads under the sequence lock only (no lock-free try):
+    /// the fallback for producers too fast for a lock-free snapshot.
+    @Test(arguments: [
+        (BroadcastBufferingPolicy.bufferingOldest(1), 0, false, 4),
+        (.bufferingOldest(16), 0, false, 4),
+        (.bufferingOldest(2), 4, false, 4),
+        (.bounded(1), 0, true, 4),
+        (.bounded(4), 0, true, 4),
+        (.bufferingOldest(1), 0, false, 0),
+    ])
+    func aSnapshotWhileTheReaderKeepsUpNeverExceedsWhatThePolicyAllows(
+        policy: BroadcastBufferingPolicy, replay: Int, emits: Bool, lockFreeAttempts: Int
+    ) async throws {
+        let capacity: Int
+        switch policy {
+        case .bufferingOldest(let n), .bufferingNewest(let n), .bounded(let n): capacity = n
+        case .unbounded: capacity = .max
+        }
+        let ceiling = max(capacity, replay)
+        let sequence = BroadcastSequence<Int, Never>(replay: replay)
+        for i in 0..<replay { sequence.send(-1 - i) }
+        let subscription = sequence.subscribe(bufferingPolicy: policy)
+        let stop = Locked(false)
+        let reader = Task.detached { () -> Int in
+            var count = 0
+            for await _ in subscription { count += 1 }
+            return count
+        }
+        let producer: Task<Void, Never>
+        if emits {
+            producer = Task.detached {
+                var i = 0
+                while !stop.value {
+                    do { try await sequence.emit(i) } catch { return }
+                    i += 1
+                }
+            }
+        } else {
+            producer = Task.detached {}
+            Thread.detachNewThread {
+                var i = 0
+                while !stop.value {
+                    sequence.send(i)
+                    i += 1
+                }
+            }
+        }
+        let found = Locked<(samples: Int, outOfBounds: [Int])>((0, []))
+        try await raceOnThreads(1, "an observer reading bufferedCount") { _ in
+            let samplesWanted = 2_000_000
+            let deadline = ContinuousClock.now + .seconds(2)
+            var samples = 0
+            var outOfBounds: [Int] = []
+            while samples < samplesWanted {
+                let count = lockFreeAttempts == 4
+                    ? subscription.bufferedCount : subscription.core.observedCount(lockFreeAttempts: lockFreeAttempts)
+                if count < 0 || count > ceiling {
+                    outOfBounds.append(count)
+                    if outOfBounds.count == 5 { break }
+                }
+                samples += 1
+                if samples % 4_096 == 0 && ContinuousClock.now > deadline { break }
+            }
+            found.value = (samples, outOfBounds)
+        }
+        stop.value = true
+        await producer.value
+        sequence.finish()
+        _ = try await withDeadline("the reader ends") { await reader.value }
+        print("bufferedCount snapshot, \(policy), replay \(replay), \(lockFreeAttempts) lock-free tries: \(found.value.samples) samples, out of [0, \(ceiling)]: \(found.value.outOfBounds)")
+        #expect(found.value.outOfBounds.isEmpty,
+                "bufferedCount returned \(found.value.outOfBounds) with \(policy) and replay \(replay) (at most \(ceiling) can exist), in \(found.value.samples) samples")
+        #expect(found.value.samples > 10_000)
+    }
+
     /// While a producer sends and a reader reads, a snapshot is never
     /// negative and never more than what was sent.
     @Test func aSnapshotWhileSendingAndReadingStaysInBounds() async throws {

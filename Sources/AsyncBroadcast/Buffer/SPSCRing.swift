@@ -380,18 +380,44 @@ struct SPSCRing<Element>: @unchecked Sendable {
     @inlinable
     var hasElementsForConsumer: Bool { consumerHead != tail.loadAcquire() }
 
-    /// Unread elements, for observers on other threads. `head` is read
-    /// first: `tail` only grows and is never behind it, so the difference is
-    /// never negative.
+    /// Unread elements, for observers on other threads: a count that was
+    /// true at one moment during the call, or `nil` if producers kept
+    /// pushing through `attempts` tries (the caller then reads under the
+    /// sequence lock, `countWhileProducersExcluded`).
+    ///
+    /// Two loads are not a snapshot: an observer preempted between a load
+    /// of `head` and one of `tail` would subtract a head that was stale by
+    /// everything read meanwhile (seen: 46,867 for a capacity of 16). So
+    /// `tail` is read on both sides of `head`. `tail` only grows: if both
+    /// reads agree, it held that value the whole time, in particular when
+    /// `head` was read, and `tail - head` was the count then. It is never
+    /// negative (the consumer popped only what a `tail` it read allowed,
+    /// and that store of `tail` happens before its `head` store, so a later
+    /// `tail` read sees it) and never above what the producer let in: the
+    /// producer pushed index `tail - 1` after reading a `head` that our
+    /// acquire of `tail` orders before our `head` read.
     @inlinable
-    var countForObserver: Int {
-        let head = head.loadAcquire()
-        return tail.loadAcquire() - head
+    func countForObserver(attempts: Int) -> Int? {
+        if Fault.tornBufferedCount {
+            let head = head.loadAcquire()
+            return tail.loadAcquire() - head
+        }
+        var tail = tail.loadAcquire()
+        for _ in 0..<attempts {
+            let head = head.loadAcquire()
+            let again = self.tail.loadAcquire()
+            if again == tail { return tail - head }
+            tail = again
+        }
+        return nil
     }
 
-    /// A snapshot for observers on other threads (tests).
+    /// Unread elements while no producer can push (the sequence lock held):
+    /// `tail` is fixed, so one read of `head` makes a snapshot.
     @inlinable
-    var isEmptyForObserver: Bool { head.loadAcquire() == tail.loadAcquire() }
+    func countWhileProducersExcluded() -> Int {
+        producerTail - head.loadAcquire()
+    }
 
     /// Drops every element. Consumer side, or exclusive access.
     @inlinable

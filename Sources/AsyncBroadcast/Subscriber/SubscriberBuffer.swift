@@ -328,11 +328,20 @@ struct SubscriberBuffer<Element: Sendable>: @unchecked Sendable {
     }
 
     /// Unread elements, a snapshot from any thread (`bufferedCount`).
+    ///
+    /// - Parameters:
+    ///   - attempts: lock-free tries first (tests pass 0 to check the
+    ///     fallback). Each fails only if a push lands between two loads a
+    ///     few nanoseconds apart.
+    ///   - excludingProducers: runs its argument while no producer can push
+    ///     (under the sequence lock): the lock-free form's fallback when
+    ///     producers push too fast for a lock-free snapshot.
     @inlinable
-    var countForObserver: Int {
+    func countForObserver(attempts: Int = 4, excludingProducers: (() -> Int) -> Int) -> Int {
         switch storage {
         case .lockFree(let ring):
-            return ring.countForObserver
+            if let count = ring.countForObserver(attempts: attempts) { return count }
+            return excludingProducers { ring.countWhileProducersExcluded() }
         case .locked(let locked):
             lock.lock()
             defer { lock.unlock() }
@@ -340,18 +349,6 @@ struct SubscriberBuffer<Element: Sendable>: @unchecked Sendable {
         }
     }
 
-    /// A snapshot from any thread (tests, `finish`).
-    @inlinable
-    var isEmptyForObserver: Bool {
-        switch storage {
-        case .lockFree(let ring):
-            return ring.isEmptyForObserver
-        case .locked(let locked):
-            lock.lock()
-            defer { lock.unlock() }
-            return locked._withUnsafeGuaranteedRef { $0.ring.isEmpty }
-        }
-    }
 
     /// The locked form's elements, detached so that their deinitializers run
     /// after `lock` is released. Call with `lock` held.

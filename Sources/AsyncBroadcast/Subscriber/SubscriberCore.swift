@@ -286,10 +286,15 @@ final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendab
         lock.lock()
         let isDone = terminalKind == TerminalKind.ended
         lock.unlock()
-        return isDone ? 0 : buffer.countForObserver
+        return isDone ? 0 : observedCount()
+    }
+    /// The buffer's count, a snapshot; under the sequence lock if producers
+    /// push too fast for a lock-free one (after `lockFreeAttempts` tries).
+    @inlinable func observedCount(lockFreeAttempts: Int = 4) -> Int {
+        buffer.countForObserver(attempts: lockFreeAttempts) { count in storage.map { $0.lock.withLock(count) } ?? count() }
     }
     @usableFromInline var isConsumerParked: Bool { parking.isParked }
-    @usableFromInline var isBufferEmpty: Bool { buffer.isEmptyForObserver }
+    @usableFromInline var isBufferEmpty: Bool { observedCount() == 0 }
 
     // MARK: Ending
 

@@ -40,6 +40,17 @@ enum Fault {
         #endif
     }
 
+    /// `bufferedCount` of a lock-free buffer loads `head`, then `tail`, as two
+    /// separate reads (as before the snapshot): an observer preempted
+    /// between them counts elements read meanwhile.
+    @inlinable static var tornBufferedCount: Bool {
+        #if ASYNCBROADCAST_FAULT_TORN_BUFFERED_COUNT
+        return true
+        #else
+        return false
+        #endif
+    }
+
     /// A full `.bufferingNewest` subscriber's eviction is not counted in
     /// `droppedCount`.
     @inlinable static var miscountEviction: Bool {
