@@ -55,13 +55,19 @@ extension BroadcastSequence {
         /// The elements this subscriber holds unread right now: how far its
         /// consumer lags behind the producers.
         ///
-        /// A snapshot: while producers send and the consumer reads, it may
-        /// be out of date as soon as it returns; it is never negative. Replay
-        /// counts like any other element. Once the
-        /// subscriber has ended (``cancel()``, its task's cancellation
-        /// noticed, or the end of the sequence taken) it is 0. Reading it
-        /// takes no lock for `.unbounded`, `.bounded` and `.bufferingOldest`
-        /// and never slows down `send` or `next()`.
+        /// A snapshot: while producers send and the consumer reads, it is a
+        /// count this subscriber really held at one moment during the call
+        /// (never negative, never more than its policy lets it hold: its
+        /// capacity, or the replay it started with if that is larger; only
+        /// `send` to a full `.bounded` subscriber goes past its capacity),
+        /// and it may be out of date as soon as it returns. Replay counts
+        /// like any other element. Once the subscriber has ended
+        /// (``cancel()``, its task's cancellation noticed, or the end of the
+        /// sequence taken) it is 0. For `.unbounded`, `.bounded` and
+        /// `.bufferingOldest` it reads the producer's and the consumer's
+        /// positions without a lock, and takes the sequence lock once only
+        /// if producers pushed between its reads four times in a row;
+        /// `.bufferingNewest` reads under the subscriber's lock.
         ///
         /// ```swift
         /// let subscription = sequence.subscribe(bufferingPolicy: .bounded(256))
