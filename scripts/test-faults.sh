@@ -15,6 +15,12 @@
 #                        the count of sends completed during one
 #                        registration. Nothing else can see it: it changes
 #                        who waits, not what anyone receives.
+#   SENDERS_DO_NOT_ANNOUNCE
+#                        a sender waiting for the lock does not announce
+#                        itself, so registrants that arrive later take the
+#                        lock first (a storm of subscribe + cancel starves
+#                        senders); caught by RegistrationFairnessTests' test
+#                        of an announced sender and a late registrant.
 #   TORN_BUFFERED_COUNT  bufferedCount loads head, then tail, as two separate
 #                        reads; caught by BufferedCountTests' concurrent
 #                        snapshot test (an observer thread reading while a
@@ -30,6 +36,7 @@ cd "$(dirname "$0")/.."
 
 pairs=(
     "UNFAIR_REGISTRATION RegistrationFairnessTests"
+    "SENDERS_DO_NOT_ANNOUNCE anAnnouncedSenderGetsTheLockBeforeLaterRegistrants"
     "TORN_BUFFERED_COUNT aSnapshotWhileTheReaderKeepsUpNeverExceedsWhatThePolicyAllows"
 )
 

@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import _CAtomics
 @testable import AsyncBroadcast
 
 /// `subscribe()` and `cancel()` against a producer that sends without pause
@@ -11,7 +12,7 @@ import Testing
 @Suite(.serialized) struct RegistrationFairnessTests {
     /// The hand-off itself, on the gate and a lock alone: a "sender" holds
     /// the lock while a registrant asks for it, then unlocks and at once
-    /// asks again (`senderWillLock`, then `lock`), as a producer sending
+    /// asks again (`lockForSending`), as a producer sending
     /// without pause does. With the gate the registrant gets the lock
     /// first; without it (the fault) the sender takes it back before the
     /// registrant, asleep in the kernel, runs. Counted over trials, not
@@ -43,13 +44,12 @@ import Testing
                     let deadline = ContinuousClock.now + .milliseconds(5)
                     while gate.arrived.loadRelaxed() == 0 && ContinuousClock.now < deadline { sched_yield() }
                     lock.unlock()
-                    gate.senderWillLock()
-                    lock.lock()
+                    gate.lockForSending(lock)
                     order.withLock { $0.append("sender") }
                     lock.unlock()
                 }
             }
-            if order.value.first == "registrant" { registrantFirst.withLock { $0 += 1 } }
+            if order.value.first == "registrant" { registrantFirst.withLock { $0 += 1 } } else { print("DEBUG sender first: arrived \(gate.arrived.loadRelaxed()) served \(gate.served.loadRelaxed()) abandoned \(gate.abandoned.loadRelaxed()) at \(gate.abandonedAt.loadRelaxed())") }
             gate.destroy()
             lock.destroy()
         }
@@ -58,6 +58,61 @@ import Testing
         // sender's bounded wait (1,024 yields) on a badly overloaded machine.
         #expect(registrantFirst.value >= trials - 1,
                 "the registrant got the lock first in \(registrantFirst.value) of \(trials) trials")
+    }
+
+    /// The other way round: a sender that waits for the lock goes before
+    /// registrants that arrive after it announced itself. A registrant
+    /// holds the lock; a sender asks for it (and, after its bounded spin,
+    /// sleeps in the kernel); 1 ms later a second registrant arrives, and
+    /// the holder lets go at that moment. With the phases the late
+    /// registrant waits for the announced sender; without them
+    /// (`-DASYNCBROADCAST_FAULT_SENDERS_DO_NOT_ANNOUNCE`) it is spinning on
+    /// the lock when it is let go and takes it before the sender wakes: a
+    /// storm of subscribe() + cancel() starved senders that way. Counted
+    /// over trials, not timed.
+    @Test func anAnnouncedSenderGetsTheLockBeforeLaterRegistrants() async throws {
+        let trials = 20
+        let senderFirst = Locked(0)
+        for _ in 0..<trials {
+            let lock = Lock()
+            let gate = RegistrationFairness()
+            let order = Locked<[String]>([])
+            let held = Locked(false)
+            let senderAsking = Locked(false)
+            // Every lock and unlock on the thread that took it.
+            try await raceOnThreads(3, "a registrant holding the lock, a sender, a late registrant") { role in
+                switch role {
+                case 0:
+                    gate.lockForRegistration(lock)
+                    held.value = true
+                    // Until the late registrant has counted itself in.
+                    while gate.arrived.loadRelaxed() < 2 { cab_cpu_relax() }
+                    lock.unlock()
+                case 1:
+                    while !held.value { sched_yield() }
+                    senderAsking.value = true
+                    gate.lockForSending(lock)
+                    order.withLock { $0.append("sender") }
+                    lock.unlock()
+                default:
+                    while !senderAsking.value { sched_yield() }
+                    // Long enough for the sender to have given up spinning.
+                    let asleep = ContinuousClock.now + .milliseconds(1)
+                    while ContinuousClock.now < asleep { sched_yield() }
+                    gate.lockForRegistration(lock)
+                    order.withLock { $0.append("late registrant") }
+                    lock.unlock()
+                }
+            }
+            if order.value.first == "sender" { senderFirst.withLock { $0 += 1 } }
+            gate.destroy()
+            lock.destroy()
+        }
+        print("registration fairness: the announced sender got the lock before the late registrant in \(senderFirst.value) of \(trials) trials")
+        // All of them, but for a sender that takes longer to wake than a
+        // registrant's bounded wait (200 µs) on a badly overloaded machine.
+        #expect(senderFirst.value >= trials - 3,
+                "the announced sender got the lock first in \(senderFirst.value) of \(trials) trials")
     }
 
     @Test func registrationWaitsForAtMostTheSendInProgress() async throws {

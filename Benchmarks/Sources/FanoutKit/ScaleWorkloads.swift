@@ -270,6 +270,7 @@ struct ScaleRun: Sendable {
     // registration storm (and the lifecycle cells' finish() calls)
     var sendCallNanos: [UInt64] = []
     var worstSendNanos: UInt64 = 0
+    var senderCPUNanos: UInt64 = 0
     var registrations = 0
     var worstRegistrationNanos: UInt64 = 0
 }

@@ -23,6 +23,8 @@ final class CallTimes: @unchecked Sendable {
     var samples: [UInt64]
     var count = 0
     var worst: UInt64 = 0
+    /// The thread's CPU time over the run.
+    var cpuNanos: UInt64 = 0
     init(capacity: Int) {
         samples = []
         samples.reserveCapacity(capacity)
@@ -51,6 +53,7 @@ func stormLoop(
     spawnThread {
         ready.increment()
         while !go.isSet { sched_yield() }
+        let cpu0 = threadCPUNanos()
         var i = 0
         while !stop.isSet {
             let t0 = nowNanos()
@@ -58,6 +61,7 @@ func stormLoop(
             sendTimes.record(nowNanos() &- t0)
             i &+= 1
         }
+        sendTimes.cpuNanos = threadCPUNanos() &- cpu0
         sentBox.value = i
         finished.increment()
     }
@@ -84,10 +88,18 @@ func stormLoop(
     return (sendTimes, registrationTimes, sentBox.value ?? 0, window)
 }
 
+/// This thread's CPU time.
+func threadCPUNanos() -> UInt64 {
+    var t = timespec()
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t)
+    return UInt64(t.tv_sec) * 1_000_000_000 + UInt64(t.tv_nsec)
+}
+
 extension ScaleRun {
     mutating func recordStorm(_ storm: (sends: CallTimes, registrations: [CallTimes], sent: Int, windowNanos: UInt64)) {
         sends = storm.sends.count
         windowNanos = storm.windowNanos
+        senderCPUNanos = storm.sends.cpuNanos
         sendCallNanos = storm.sends.samples
         worstSendNanos = storm.sends.worst
         subscribeNanos = storm.registrations.flatMap(\.samples)
@@ -162,13 +174,13 @@ extension ScaleContext {
         p("")
         p("#### \(ScaleWorkload.registrationStorm.rawValue): R threads doing subscribe() + cancel() without pause, one thread sending to N = \(grouped(n)) idle subscribers")
         p("")
-        p("| R | peer | runs | sends in \(fmt(seconds, 1)) s (median) | ÷ its R = 0 | send p50 µs | p99 µs | worst send ms (max over runs) | subscribe+cancel pairs/s | pair p99 µs | worst pair ms |")
-        p("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        p("| R | peer | runs | sends in \(fmt(seconds, 1)) s (median) | ÷ its R = 0 | sender CPU % | send p50 µs | p99 µs | worst send ms (max over runs) | subscribe+cancel pairs/s | pair p99 µs | worst pair ms |")
+        p("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         var zero: [String: Double] = [:]
         for (r, runs) in table {
             for pr in runs {
                 if pr.skipped {
-                    p("| \(r) | \(pr.peer) | 0 | not run | | | | | | | |")
+                    p("| \(r) | \(pr.peer) | 0 | not run | | | | | | | | |")
                     continue
                 }
                 let sends = median(pr.runs.map { Double($0.sends) })
@@ -181,7 +193,8 @@ extension ScaleContext {
                 let (_, r99, _) = spread(pr.runs.flatMap(\.subscribeNanos))
                 let rworst = Double(pr.runs.map(\.worstRegistrationNanos).max() ?? 0)
                 let peer = pr.error.map { "\(pr.peer) **WRONG: \($0)**" } ?? pr.peer
-                p("| \(r) | \(peer) | \(pr.runs.count) | \(grouped(Int(sends))) | \(ratio) | \(micros(s50)) | \(micros(s99)) "
+                let cpu = median(pr.runs.map { Double($0.senderCPUNanos) / Double(Swift.max($0.windowNanos, 1)) * 100 })
+                p("| \(r) | \(peer) | \(pr.runs.count) | \(grouped(Int(sends))) | \(ratio) | \(fmt(cpu, 0)) | \(micros(s50)) | \(micros(s99)) "
                     + "| \(fmt(worst / 1e6, 2)) | \(r == 0 ? "–" : grouped(Int(pairs / window))) | \(r == 0 ? "–" : micros(r99)) "
                     + "| \(r == 0 ? "–" : fmt(rworst / 1e6, 2)) |")
             }
@@ -191,7 +204,7 @@ extension ScaleContext {
             + "lock+AsyncStream: its streams with `.bufferingNewest(1)`), while R pthreads each loop `subscribe()` + `cancel()` "
             + "(lock+AsyncStream: `makeStream()` and releasing the stream) without pause, all started together for "
             + "\(fmt(seconds, 1)) s. Send: the time of one `send` call (clock reads included); worst send: the longest single "
-            + "call seen. Pairs: subscribe + cancel pairs completed by all R threads per second; pair p99: one pair's time. "
+            + "call seen. Sender CPU: the sender thread's CPU time / the window (100: it ran all the time). Pairs: subscribe + cancel pairs completed by all R threads per second; pair p99: one pair's time. "
             + "R + 1 threads on \(sysconf(Int32(_SC_NPROCESSORS_ONLN))) CPUs: from R = 2 on, the threads also compete for the CPU. "
             + "Checked: the subscriber count is N afterwards and every steady subscriber holds exactly the last element sent "
             + "(AsyncBroadcast: and counts every other one as dropped).")

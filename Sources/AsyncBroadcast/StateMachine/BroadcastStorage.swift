@@ -65,8 +65,7 @@ final class BroadcastStorage<Element: Sendable, Failure: Error>: @unchecked Send
         var effects = Effects(pool: pool)
         switch role {
         case .sender:
-            fairness.senderWillLock()
-            lock.lock()
+            fairness.lockForSending(lock)
         case .registrant:
             fairness.lockForRegistration(lock)
         case .other:

@@ -51,6 +51,18 @@ enum Fault {
         #endif
     }
 
+    /// Senders never announce themselves (`RegistrationFairness`), as before
+    /// the phases: registrants that arrive while a sender waits for the
+    /// lock take it first, again and again, and a storm of `subscribe()` +
+    /// `cancel()` starves the sender.
+    @inlinable static var sendersDoNotAnnounce: Bool {
+        #if ASYNCBROADCAST_FAULT_SENDERS_DO_NOT_ANNOUNCE
+        return true
+        #else
+        return false
+        #endif
+    }
+
     /// A full `.bufferingNewest` subscriber's eviction is not counted in
     /// `droppedCount`.
     @inlinable static var miscountEviction: Bool {

@@ -23,6 +23,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <sched.h>
+#include <time.h>
 
 #if defined(__APPLE__)
 #include <os/lock.h>
@@ -129,6 +130,23 @@ static inline void cab_prefetch_for_write(const void *_Nullable address) {
 
 /// Gives the CPU to another runnable thread (sched_yield).
 static inline void cab_thread_yield(void) { (void)sched_yield(); }
+
+/// Sleeps about `nanos` (at least; Linux adds its timer slack, 50 µs by
+/// default): off the run queue, unlike a yield, so a thread waiting to run
+/// on this core gets it, and this one, woken, is not placed behind the
+/// threads that kept running.
+static inline void cab_thread_sleep(int64_t nanos) {
+    struct timespec duration = { (time_t)(nanos / 1000000000), (long)(nanos % 1000000000) };
+    nanosleep(&duration, NULL);
+}
+
+/// A monotonic clock in nanoseconds, for bounding waits in time (a vDSO
+/// call on Linux, no system call).
+static inline int64_t cab_monotonic_nanos(void) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (int64_t)now.tv_sec * 1000000000 + (int64_t)now.tv_nsec;
+}
 
 // MARK: - Mutex
 //
