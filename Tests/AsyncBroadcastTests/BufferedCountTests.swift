@@ -83,7 +83,8 @@ import Testing
     /// bounds.
     /// The last case reads under the sequence lock only (no lock-free try):
     /// the fallback for producers too fast for a lock-free snapshot.
-    @Test(arguments: [
+    /// One case at a time: each keeps three threads busy for 2 s.
+    @Test(.serialized, arguments: [
         (BroadcastBufferingPolicy.bufferingOldest(1), 0, false, 4),
         (.bufferingOldest(16), 0, false, 4),
         (.bufferingOldest(2), 4, false, 4),
@@ -104,32 +105,40 @@ import Testing
         for i in 0..<replay { sequence.send(-1 - i) }
         let subscription = sequence.subscribe(bufferingPolicy: policy)
         let stop = Locked(false)
-        let reader = Task.detached { () -> Int in
-            var count = 0
-            for await _ in subscription { count += 1 }
-            return count
-        }
-        let producer: Task<Void, Never>
-        if emits {
-            producer = Task.detached {
-                var i = 0
-                while !stop.value {
-                    do { try await sequence.emit(i) } catch { return }
-                    i += 1
-                }
+        let producerStopped = Locked(false)
+        // The emitter is a task (`emit` is async; it suspends whenever the
+        // subscriber is full). The reader and a sender are threads: a task
+        // whose buffer never runs dry never suspends, and would hold one of
+        // the cooperative pool's threads (two here) for the whole test.
+        let emitter: Task<Void, Never>? = emits ? Task.detached {
+            var i = 0
+            while !stop.value {
+                do { try await sequence.emit(i) } catch { break }
+                i += 1
             }
-        } else {
-            producer = Task.detached {}
-            Thread.detachNewThread {
+            producerStopped.value = true
+        } : nil
+        let found = Locked<(samples: Int, outOfBounds: [Int])>((0, []))
+        try await raceOnThreads(3, "an observer reading bufferedCount, a reader, a sender") { role in
+            if role == 1 {
+                // Reads everything, until the producer has stopped.
+                while true {
+                    if case .element = subscription.poll() { continue }
+                    if producerStopped.value { break }
+                }
+                return
+            }
+            if role == 2 {
+                if emits { return }
                 var i = 0
                 while !stop.value {
                     sequence.send(i)
                     i += 1
                 }
+                producerStopped.value = true
+                return
             }
-        }
-        let found = Locked<(samples: Int, outOfBounds: [Int])>((0, []))
-        try await raceOnThreads(1, "an observer reading bufferedCount") { _ in
+            defer { stop.value = true }
             let samplesWanted = 2_000_000
             let deadline = ContinuousClock.now + .seconds(2)
             var samples = 0
@@ -142,18 +151,15 @@ import Testing
                     if outOfBounds.count == 5 { break }
                 }
                 samples += 1
-                if samples % 4_096 == 0 && ContinuousClock.now > deadline { break }
+                if samples % 256 == 0 && ContinuousClock.now > deadline { break }
             }
             found.value = (samples, outOfBounds)
         }
-        stop.value = true
-        await producer.value
-        sequence.finish()
-        _ = try await withDeadline("the reader ends") { await reader.value }
+        await emitter?.value
         print("bufferedCount snapshot, \(policy), replay \(replay), \(lockFreeAttempts) lock-free tries: \(found.value.samples) samples, out of [0, \(ceiling)]: \(found.value.outOfBounds)")
         #expect(found.value.outOfBounds.isEmpty,
                 "bufferedCount returned \(found.value.outOfBounds) with \(policy) and replay \(replay) (at most \(ceiling) can exist), in \(found.value.samples) samples")
-        #expect(found.value.samples > 10_000)
+        #expect(found.value.samples > 1_000)  // (tens of thousands under TSan, millions in a plain build)
     }
 
     /// While a producer sends and a reader reads, a snapshot is never

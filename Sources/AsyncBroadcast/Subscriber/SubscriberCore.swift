@@ -289,9 +289,16 @@ final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendab
         return isDone ? 0 : observedCount()
     }
     /// The buffer's count, a snapshot; under the sequence lock if producers
-    /// push too fast for a lock-free one (after `lockFreeAttempts` tries).
+    /// push too fast for a lock-free one (after `lockFreeAttempts` tries),
+    /// taken as a registrant: a producer sending without pause would
+    /// otherwise keep it (`RegistrationFairness`).
     @inlinable func observedCount(lockFreeAttempts: Int = 4) -> Int {
-        buffer.countForObserver(attempts: lockFreeAttempts) { count in storage.map { $0.lock.withLock(count) } ?? count() }
+        buffer.countForObserver(attempts: lockFreeAttempts) { count in
+            guard let storage else { return count() }
+            storage.fairness.lockForRegistration(storage.lock)
+            defer { storage.lock.unlock() }
+            return count()
+        }
     }
     @usableFromInline var isConsumerParked: Bool { parking.isParked }
     @usableFromInline var isBufferEmpty: Bool { observedCount() == 0 }
