@@ -21,6 +21,14 @@
 #                        lock first (a storm of subscribe + cancel starves
 #                        senders); caught by RegistrationFairnessTests' test
 #                        of an announced sender and a late registrant.
+#   TOPIC_RETIRES_BUSY  a topic is dropped when its last subscriber leaves
+#                        without rechecking, under the shard lock, that it
+#                        is idle (a hand-built dictionary's race); caught by
+#                        TopicsTests' subscribe racing the last cancel.
+#   TOPIC_STARTS_UNBLOCKED
+#                        a topic's new generation registers its listener
+#                        while the previous one's unregister still runs;
+#                        caught by TopicsListenerTests.
 #   TORN_BUFFERED_COUNT  bufferedCount loads head, then tail, as two separate
 #                        reads; caught by BufferedCountTests' concurrent
 #                        snapshot test (an observer thread reading while a
@@ -37,6 +45,8 @@ cd "$(dirname "$0")/.."
 pairs=(
     "UNFAIR_REGISTRATION RegistrationFairnessTests"
     "SENDERS_DO_NOT_ANNOUNCE anAnnouncedSenderGetsTheLockBeforeLaterRegistrants"
+    "TOPIC_RETIRES_BUSY aSubscribeRacingTheLastCancelMissesNothingSentAfterIt"
+    "TOPIC_STARTS_UNBLOCKED TopicsListenerTests"
     "TORN_BUFFERED_COUNT aSnapshotWhileTheReaderKeepsUpNeverExceedsWhatThePolicyAllows"
 )
 

@@ -31,7 +31,10 @@ extension BroadcastStorage {
                 if let outcome { state.sharing!.record(outcome) }
                 return state.nextSharingAction(effects: &effects)
             }
-            guard let action else { return }
+            guard let action else {
+                topicObserver?(self)
+                return
+            }
             outcome = perform(action)
         }
     }

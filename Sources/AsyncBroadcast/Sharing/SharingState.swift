@@ -57,9 +57,28 @@ struct SharingState {
     @usableFromInline var pendingEmit: Int?
     var counters = SharingCounters()
 
-    init(mode: BroadcastStart.Mode, runsAreTasks: Bool) {
+    /// A topic's new generation whose previous one is still stopping its
+    /// run (`BroadcastTopics`): nothing starts until the registry clears
+    /// this, so a topic's `register` never overlaps its last unregister.
+    var startBlocked: Bool
+
+    init(mode: BroadcastStart.Mode, runsAreTasks: Bool, startBlocked: Bool = false) {
         self.mode = mode
         self.runsAreTasks = runsAreTasks
+        self.startBlocked = startBlocked
+    }
+
+    /// No subscriber, and nothing runs, starts, stops or waits to stop.
+    var isIdle: Bool {
+        guard case .stopped = run else { return false }
+        return subscriberCount == 0 && !reconciling && !lingering && timer == nil
+    }
+
+    /// The last run has stopped and its unregister (or cancellation) has
+    /// been performed.
+    var hasStopped: Bool {
+        guard case .stopped = run else { return false }
+        return !reconciling
     }
 
     // MARK: Queries
@@ -74,7 +93,7 @@ struct SharingState {
     }
 
     var wantsRun: Bool {
-        if ended { return false }
+        if ended || startBlocked { return false }
         switch mode {
         case .eagerly: return true
         case .lazily: return everSubscribed

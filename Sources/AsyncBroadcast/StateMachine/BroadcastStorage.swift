@@ -29,9 +29,17 @@ final class BroadcastStorage<Element: Sendable, Failure: Error>: @unchecked Send
     /// What feeds a shared sequence (`nil` for a plain one). Read without
     /// the lock: it never changes.
     let source: SharedSource<Element, Failure>?
+    /// For one topic of a `BroadcastTopics` (`nil` otherwise): told, with no
+    /// lock held, whenever this sequence may have become idle or stopped
+    /// its upstream (its last subscriber left; a start or stop of its
+    /// upstream completed), so that the topic registry can retire it.
+    @usableFromInline let topicObserver: (@Sendable (BroadcastStorage<Element, Failure>) -> Void)?
 
     @usableFromInline
-    init(defaultPolicy: BroadcastBufferingPolicy, replay: Int, sharing: Sharing<Element, Failure>? = nil) {
+    init(defaultPolicy: BroadcastBufferingPolicy, replay: Int, sharing: Sharing<Element, Failure>? = nil,
+         startBlocked: Bool = false,
+         topicObserver: (@Sendable (BroadcastStorage<Element, Failure>) -> Void)? = nil) {
+        self.topicObserver = topicObserver
         self.defaultPolicy = defaultPolicy
         let parkedConsumers = AtomicInt(0)
         let registeredCount = AtomicInt(0)
@@ -40,7 +48,9 @@ final class BroadcastStorage<Element: Sendable, Failure: Error>: @unchecked Send
         self.source = sharing?.source
         self.state = BroadcastState(
             replayLimit: replay, parkedConsumers: parkedConsumers, registeredCount: registeredCount,
-            sharing: sharing.map { SharingState(mode: $0.start.mode, runsAreTasks: $0.source.runsAreTasks) })
+            sharing: sharing.map {
+                SharingState(mode: $0.start.mode, runsAreTasks: $0.source.runsAreTasks, startBlocked: startBlocked)
+            })
     }
 
     deinit {
@@ -117,13 +127,16 @@ final class BroadcastStorage<Element: Sendable, Failure: Error>: @unchecked Send
     /// Unregisters an ending subscriber and releases emitters that waited on it.
     @inlinable
     func remove(_ subscriber: SubscriberCore<Element, Failure>) {
+        var leftEmpty = false
         let followUp: MembershipFollowUp? = withState(.registrant) { state, effects in
             let countBefore = state.subscribers.count
             state.remove(subscriber, effects: &effects)
+            leftEmpty = countBefore > 0 && state.subscribers.isEmpty
             return state.observesMembership
                 ? state.membershipFollowUp(countBefore: countBefore, terminalChanged: false) : nil
         }
         if let followUp, !followUp.isEmpty { apply(followUp) }
+        if leftEmpty, let topicObserver { topicObserver(self) }
     }
 
     /// A `.bounded` subscriber's buffer just dropped below capacity.

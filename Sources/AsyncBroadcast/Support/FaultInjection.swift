@@ -63,6 +63,29 @@ enum Fault {
         #endif
     }
 
+    /// A topic is dropped when its last subscriber leaves without checking,
+    /// under the shard lock, that it is still idle: the race of a
+    /// hand-built dictionary of sequences (a subscriber that joined in
+    /// between is left on a sequence no send reaches).
+    @inlinable static var topicRetiresBusy: Bool {
+        #if ASYNCBROADCAST_FAULT_TOPIC_RETIRES_BUSY
+        return true
+        #else
+        return false
+        #endif
+    }
+
+    /// A topic's new generation starts its listener without waiting for
+    /// the previous generation's unregister (`register` and unregister may
+    /// overlap).
+    @inlinable static var topicStartsUnblocked: Bool {
+        #if ASYNCBROADCAST_FAULT_TOPIC_STARTS_UNBLOCKED
+        return true
+        #else
+        return false
+        #endif
+    }
+
     /// A full `.bufferingNewest` subscriber's eviction is not counted in
     /// `droppedCount`.
     @inlinable static var miscountEviction: Bool {

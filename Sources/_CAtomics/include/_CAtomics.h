@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <sched.h>
 #include <time.h>
+#include <unistd.h>
 
 #if defined(__APPLE__)
 #include <os/lock.h>
@@ -138,6 +139,12 @@ static inline void cab_thread_yield(void) { (void)sched_yield(); }
 static inline void cab_thread_sleep(int64_t nanos) {
     struct timespec duration = { (time_t)(nanos / 1000000000), (long)(nanos % 1000000000) };
     nanosleep(&duration, NULL);
+}
+
+/// Processors online (at least 1).
+static inline intptr_t cab_processor_count(void) {
+    long count = sysconf(_SC_NPROCESSORS_ONLN);
+    return count > 0 ? (intptr_t)count : 1;
 }
 
 /// A monotonic clock in nanoseconds, for bounding waits in time (a vDSO

@@ -1,0 +1,309 @@
+internal import _CAtomics  // `cab_processor_count`
+
+/// The topics of a `BroadcastTopics`: one sequence (a *generation*) per
+/// live topic, in shards so that topics do not contend.
+///
+/// ## Lifetime of a topic
+///
+/// | state | `live[topic]` | `retiring[topic]` | how it is left |
+/// |---|---|---|---|
+/// | **absent** | – | – | `subscribe(to:)` → *live* (a new generation) |
+/// | **live** | the generation | – | its last subscriber leaves (and, with a listener, its run has stopped after `stopAfter`) → *absent*; `finish(topic:)` or its listener's `sink.finish()` → *absent* or *stopping* |
+/// | **stopping** (listener form) | – or a new generation, not started | finished generations whose run has not stopped | their unregister closures return → *absent*, or the new generation starts → *live* |
+///
+/// The rules that make it safe:
+/// - A generation is registered and subscribed to only under its shard's
+///   lock, and retired only under it too, after checking (under the
+///   sequence lock) that it is idle: no subscriber, nothing running,
+///   starting, stopping or lingering. So a `subscribe(to:)` either lands on
+///   a generation that stays live, or creates a new one: it can never land
+///   on one being dropped.
+/// - Sends look the generation up under the shard lock and send outside it;
+///   a send that raced a retirement finds its generation finished and
+///   reports nothing delivered.
+/// - A new generation of a topic whose previous ones are still stopping
+///   (listener form) is created with its start blocked, and started when
+///   the last of them has stopped: a topic's `register` never overlaps its
+///   previous unregister.
+/// - Nothing here runs user code or resumes a continuation while holding a
+///   shard lock: follow-ups (a `register` call, a listener's start) run
+///   after it is released, and a retired generation is released outside it
+///   (its replay elements' deinitializers run there).
+///
+/// A generation tells the registry when it may have become idle or stopped
+/// (`BroadcastStorage.topicObserver`); the registry rechecks under its
+/// locks, so a stale or repeated notice does nothing.
+@usableFromInline
+final class TopicRegistry<Topic: Hashable & Sendable, Element: Sendable, Failure: Error>: @unchecked Sendable {
+    @usableFromInline typealias Storage = BroadcastStorage<Element, Failure>
+
+    /// A listener's `register`, and how long a topic outlives its last
+    /// subscriber.
+    @usableFromInline
+    struct Listener: Sendable {
+        let start: BroadcastStart
+        let register: @Sendable (Topic, BroadcastSink<Element, Failure>) -> @Sendable () -> Void
+    }
+
+    /// One shard: its lock and the topics that hash to it.
+    @usableFromInline
+    final class Shard: @unchecked Sendable {
+        @usableFromInline let lock = Lock()
+        /// The live generation of each topic (guarded by `lock`).
+        @usableFromInline var live: [Topic: Storage] = [:]
+        /// Finished generations whose run has not stopped yet (listener
+        /// form only; guarded by `lock`).
+        @usableFromInline var retiring: [Topic: [Storage]] = [:]
+        /// `finish()` has run over this shard (guarded by `lock`).
+        @usableFromInline var isFinished = false
+
+        @usableFromInline init() {}
+        deinit { lock.destroy() }
+    }
+
+    @usableFromInline let shards: [Shard]
+    @usableFromInline let shardMask: Int
+    @usableFromInline let defaultPolicy: BroadcastBufferingPolicy
+    @usableFromInline let replay: Int
+    @usableFromInline let listener: Listener?
+    /// Set once, by the first `finish`: 1 after it began.
+    @usableFromInline let finishedFlag = AtomicInt(0)
+    /// The sequence new subscribers get after `finish` (guarded by `endLock`).
+    @usableFromInline var ended: Storage?
+    @usableFromInline let endLock = Lock()
+
+    @usableFromInline
+    init(defaultPolicy: BroadcastBufferingPolicy, replay: Int, listener: Listener?) {
+        self.defaultPolicy = defaultPolicy
+        self.replay = replay
+        self.listener = listener
+        let count = Self.shardCount
+        shards = (0..<count).map { _ in Shard() }
+        shardMask = count - 1
+    }
+
+    deinit {
+        finishedFlag.destroy()
+        endLock.destroy()
+    }
+
+    /// A power of two, at least 64 and four per core: two producers on
+    /// different topics rarely share a shard's lock.
+    static var shardCount: Int {
+        let wanted = Swift.max(64, 4 * Int(cab_processor_count()))
+        return 1 << (Int.bitWidth - (wanted - 1).leadingZeroBitCount)
+    }
+
+    @inlinable
+    func shard(for topic: Topic) -> Shard {
+        shards[topic.hashValue & shardMask]
+    }
+
+    @inlinable var isFinished: Bool { finishedFlag.loadAcquire() != 0 }
+
+    // MARK: Generations
+
+    /// A new sequence for `topic` (shard lock held).
+    @usableFromInline
+    func makeGeneration(for topic: Topic, startBlocked: Bool) -> Storage {
+        let observer: @Sendable (Storage) -> Void = { [weak self] storage in
+            self?.generationChanged(storage, topic: topic)
+        }
+        guard let listener else {
+            return Storage(defaultPolicy: defaultPolicy, replay: replay, topicObserver: observer)
+        }
+        let register = listener.register
+        let sharing = Sharing<Element, Failure>(start: listener.start, source: .listener { sink in register(topic, sink) })
+        return Storage(defaultPolicy: defaultPolicy, replay: replay, sharing: sharing,
+                       startBlocked: startBlocked, topicObserver: observer)
+    }
+
+    /// The live generation of `topic` for a subscriber (shard lock held):
+    /// the current one, or a new one if there is none or it has finished
+    /// (its listener ended it). Returns a finished generation to look at
+    /// once the lock is released.
+    @inlinable
+    func generationForSubscriber(_ topic: Topic, in shard: Shard) -> (Storage, retired: Storage?) {
+        var retired: Storage? = nil
+        if let current = shard.live[topic] {
+            guard current.hasFinished else { return (current, nil) }
+            retired = current
+            retire(current, topic, in: shard)
+        }
+        let stopping = !(shard.retiring[topic]?.isEmpty ?? true)
+        let fresh = makeGeneration(for: topic, startBlocked: stopping && !Fault.topicStartsUnblocked)
+        shard.live[topic] = fresh
+        return (fresh, retired)
+    }
+
+    /// Takes `storage`, `topic`'s live generation, out of `live`; a
+    /// listener's, whose run may still be stopping, waits in `retiring`
+    /// until it has (shard lock held).
+    @usableFromInline
+    func retire(_ storage: Storage, _ topic: Topic, in shard: Shard) {
+        shard.live[topic] = nil
+        if listener != nil { shard.retiring[topic, default: []].append(storage) }
+    }
+
+    /// The notice of a generation (see `BroadcastStorage.topicObserver`):
+    /// retires it if it is live and idle; clears it from `retiring` once its
+    /// run has stopped, and then starts the topic's next generation.
+    @usableFromInline
+    func generationChanged(_ storage: Storage, topic: Topic) {
+        let shard = shard(for: topic)
+        var unblock: Storage? = nil
+        var release: Storage? = nil
+        shard.lock.withLock {
+            if shard.live[topic] === storage {
+                if Fault.topicRetiresBusy {
+                    release = shard.live.removeValue(forKey: topic)
+                    return
+                }
+                // Idle: nothing runs or stops any more, so it does not wait
+                // in `retiring`.
+                guard storage.retireIfIdle() else { return }
+                release = shard.live.removeValue(forKey: topic)
+                return
+            }
+            guard var stopping = shard.retiring[topic],
+                  let index = stopping.firstIndex(where: { $0 === storage }),
+                  storage.runHasStopped else { return }
+            release = stopping.remove(at: index)
+            if stopping.isEmpty {
+                shard.retiring[topic] = nil
+                unblock = shard.live[topic]
+            } else {
+                shard.retiring[topic] = stopping
+            }
+        }
+        unblock?.unblockStart()
+        withExtendedLifetime(release) {}
+    }
+
+    // MARK: Subscribing
+
+    /// A subscriber of `topic`'s live generation (created if needed).
+    @inlinable
+    func subscribe(to topic: Topic, policy: BroadcastBufferingPolicy) -> SubscriberCore<Element, Failure> {
+        let shard = shard(for: topic)
+        shard.lock.lock()
+        if shard.isFinished {
+            shard.lock.unlock()
+            return endedSubscriber(policy: policy)
+        }
+        let (storage, retired) = generationForSubscriber(topic, in: shard)
+        let (subscriber, registered, followUp) = storage.subscribeDeferringFollowUp(policy: policy)
+        shard.lock.unlock()
+        if let followUp, !followUp.isEmpty { storage.apply(followUp) }
+        // A cancelled task's subscriber is not registered: a generation
+        // made for it alone is idle. A retired one may have stopped.
+        if !registered { generationChanged(storage, topic: topic) }
+        if let retired { generationChanged(retired, topic: topic) }
+        return subscriber
+    }
+
+    /// After `finish`: a subscriber that ends at once, with the end.
+    @usableFromInline
+    func endedSubscriber(policy: BroadcastBufferingPolicy) -> SubscriberCore<Element, Failure> {
+        // Set before any shard is marked finished.
+        guard let storage = endLock.withLock({ ended }) else {
+            internalInconsistency("a finished topic shard without the ended sequence")
+        }
+        return storage.subscribeDeferringFollowUp(policy: policy).subscriber
+    }
+
+    // MARK: Sending
+
+    /// `topic`'s live generation, if any.
+    @inlinable
+    func liveGeneration(_ topic: Topic) -> Storage? {
+        let shard = shard(for: topic)
+        shard.lock.lock()
+        let storage = shard.live[topic]
+        shard.lock.unlock()
+        return storage
+    }
+
+    /// What a send to a topic that is not live reports.
+    @inlinable
+    var notLive: BroadcastSendResult { isFinished ? .finished : BroadcastSendResult() }
+
+    @inlinable
+    func send(_ element: Element, to topic: Topic) -> BroadcastSendResult {
+        guard let storage = liveGeneration(topic) else { return notLive }
+        let result = storage.send(element)
+        // Retired meanwhile: the topic was not live when the send took effect.
+        return result.isFinished ? notLive : result
+    }
+
+    @inlinable
+    func send(batch: UnsafeBufferPointer<Element>, to topic: Topic) -> BroadcastSendResult {
+        guard let storage = liveGeneration(topic) else { return notLive }
+        let result = storage.send(batch: batch)
+        return result.isFinished ? notLive : result
+    }
+
+    @inlinable
+    func emit(_ element: Element, to topic: Topic) async throws(CancellationError) -> BroadcastSendResult {
+        guard let storage = liveGeneration(topic) else { return notLive }
+        let result = try await storage.emit(element)
+        return result.isFinished ? notLive : result
+    }
+
+    // MARK: Finishing
+
+    /// `finish(topic:)`: the live generation ends (its subscribers drain,
+    /// then end; its listener is unregistered); the next subscriber starts
+    /// a new one.
+    @usableFromInline
+    func finish(topic: Topic) {
+        let shard = shard(for: topic)
+        let storage: Storage? = shard.lock.withLock {
+            guard let storage = shard.live[topic] else { return nil }
+            retire(storage, topic, in: shard)
+            return storage
+        }
+        guard let storage else { return }
+        storage.finish(.finished)
+        generationChanged(storage, topic: topic)
+    }
+
+    /// `finish()` / `finish(throwing:)`: every topic ends; later subscribers
+    /// end at once, later sends deliver nothing. The first call wins.
+    @usableFromInline
+    func finishAll(_ event: BroadcastState<Element, Failure>.Terminal) {
+        let first: Bool = endLock.withLock {
+            guard ended == nil else { return false }
+            let storage = Storage(defaultPolicy: defaultPolicy, replay: 0)
+            storage.finish(event)
+            ended = storage
+            finishedFlag.storeRelease(1)
+            return true
+        }
+        guard first else { return }
+        for shard in shards {
+            let (live, retiring): ([Storage], [Storage]) = shard.lock.withLock {
+                shard.isFinished = true
+                defer {
+                    shard.live = [:]
+                    shard.retiring = [:]
+                }
+                return (Array(shard.live.values), shard.retiring.values.flatMap { $0 })
+            }
+            for storage in live { storage.finish(event) }
+            withExtendedLifetime(retiring) {}
+        }
+    }
+
+    // MARK: Queries
+
+    @usableFromInline
+    func subscriberCount(of topic: Topic) -> Int {
+        liveGeneration(topic)?.subscriberCount ?? 0
+    }
+
+    @usableFromInline
+    var topicCount: Int {
+        shards.reduce(0) { total, shard in total + shard.lock.withLock { shard.live.count } }
+    }
+}

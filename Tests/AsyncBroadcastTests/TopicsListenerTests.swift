@@ -1,0 +1,171 @@
+import Foundation
+import Testing
+@_spi(Testing) @testable import AsyncBroadcast
+
+/// `BroadcastTopics` fed by a listener per topic: `register(topic, sink)` at
+/// a topic's first subscriber, its unregister `stopAfter` after the last one
+/// left, never overlapping.
+@Suite struct TopicsListenerTests {
+    typealias Topics = BroadcastTopics<String, Int, Never>
+
+    /// Per-topic logs of register/unregister calls, and the latest sink.
+    final class Listeners: Sendable {
+        private let logs = Locked<[String: ListenerLog]>([:])
+        let sinks = Locked<[String: BroadcastSink<Int, Never>]>([:])
+        /// Unregister closures wait while this is set (to hold a stop open).
+        let holdUnregister = Locked(false)
+        let unregistering = Locked(0)
+
+        func log(_ topic: String) -> ListenerLog {
+            logs.withLock { logs in
+                if let log = logs[topic] { return log }
+                let log = ListenerLog()
+                logs[topic] = log
+                return log
+            }
+        }
+
+        var allLogs: [ListenerLog] { logs.withLock { Array($0.values) } }
+
+        @Sendable func register(_ topic: String, _ sink: BroadcastSink<Int, Never>) -> @Sendable () -> Void {
+            log(topic).record(.register) { sinks.withLock { $0[topic] = sink } }
+            return {
+                self.log(topic).record(.unregister) {
+                    self.unregistering.withLock { $0 += 1 }
+                    while self.holdUnregister.value { sched_yield() }
+                    self.unregistering.withLock { $0 -= 1 }
+                }
+            }
+        }
+    }
+
+    @available(macOS 13, iOS 16, tvOS 16, watchOS 9, *)
+    @Test func aTopicRegistersAtItsFirstSubscriberAndUnregistersWhenItsLastLeaves() {
+        let listeners = Listeners()
+        let topics = Topics(register: listeners.register)
+        let a1 = topics.subscribe(to: "a")
+        let a2 = topics.subscribe(to: "a")
+        #expect(listeners.log("a").events == [.register])
+        #expect(listeners.sinks.value["a"]!.send(1) == BroadcastSendResult(delivered: 2))
+        #expect(pollAll(a1) == [1])
+        a1.cancel()
+        #expect(listeners.log("a").events == [.register])
+        a2.cancel()
+        #expect(listeners.log("a").events == [.register, .unregister])
+        #expect(topics.topicCount == 0)
+        // A late callback from the unregistered listener reaches nobody.
+        #expect(listeners.sinks.value["a"]!.send(2).delivered == 0)
+        let again = topics.subscribe(to: "a")
+        #expect(listeners.log("a").events == [.register, .unregister, .register])
+        #expect(pollAll(again) == [])
+    }
+
+    @available(macOS 13, iOS 16, tvOS 16, watchOS 9, *)
+    @Test func aSubscriberThatComesBackWithinStopAfterKeepsTheSameListener() async throws {
+        let clock = ManualClock()
+        let listeners = Listeners()
+        let topics = Topics(replay: 1, stopAfter: .seconds(5), clock: clock, register: listeners.register)
+        topics.subscribe(to: "a").cancel()
+        #expect(topics.topicCount == 1, "the topic is live during stopAfter")
+        try await withDeadline("the stop timer asleep") { await clock.waitForSleepers(1) }
+        // Sent during stopAfter: only the replay window keeps it.
+        #expect(listeners.sinks.value["a"]!.send(7) == BroadcastSendResult())
+        clock.advance(by: .seconds(4))
+        let back = topics.subscribe(to: "a")
+        #expect(pollAll(back) == [7], "the replay window did not live with the topic")
+        try await waitUntil("the cancelled timer is gone") { clock.sleeperCount == 0 }
+        clock.advance(by: .seconds(10))
+        #expect(listeners.log("a").events == [.register], "the listener was restarted")
+        back.cancel()
+        try await withDeadline("the stop timer asleep again") { await clock.waitForSleepers(1) }
+        clock.advance(by: .seconds(5))
+        try await waitUntil("the delayed stop") { listeners.log("a").unregisters == 1 }
+        try await waitUntil("the topic is gone") { topics.topicCount == 0 }
+        let fresh = topics.subscribe(to: "a")
+        #expect(pollAll(fresh) == [], "a topic that had gone came back with its replay window")
+        #expect(listeners.log("a").events == [.register, .unregister, .register])
+    }
+
+    @available(macOS 13, iOS 16, tvOS 16, watchOS 9, *)
+    @Test func finishingATopicUnregistersAtOnceAndARestartWaitsForTheUnregisterToReturn() async throws {
+        let clock = ManualClock()
+        let listeners = Listeners()
+        let topics = Topics(stopAfter: .seconds(60), clock: clock, register: listeners.register)
+        let old = topics.subscribe(to: "a")
+        listeners.holdUnregister.value = true
+        // finish(topic:) runs the unregister, which we hold open, on a thread.
+        let finishing = Task.detached { topics.finish(topic: "a") }
+        try await waitUntil("the unregister is running") { listeners.unregistering.value == 1 }
+        #expect(old.poll().isEnd)
+        let fresh = topics.subscribe(to: "a")
+        topics.send(1, to: "a")
+        #expect(pollAll(fresh) == [1], "the new topic is live at once, for sends")
+        #expect(listeners.log("a").events == [.register, .unregister], "register ran while the previous unregister was still running")
+        listeners.holdUnregister.value = false
+        await finishing.value
+        try await waitUntil("the new topic's register") { listeners.log("a").registers == 2 }
+        #expect(listeners.log("a").overlaps == 0)
+        #expect(listeners.log("a").alternates(closed: false))
+        listeners.sinks.value["a"]!.send(2)
+        #expect(pollAll(fresh) == [2])
+    }
+
+    @available(macOS 13, iOS 16, tvOS 16, watchOS 9, *)
+    @Test func aListenerThatFinishesItsTopicEndsItsSubscribersAndTheNextSubscribeRegistersAgain() {
+        let listeners = Listeners()
+        let topics = Topics(register: listeners.register)
+        let a = topics.subscribe(to: "a")
+        let sink = listeners.sinks.value["a"]!
+        sink.send(1)
+        sink.finish()
+        #expect(pollAll(a) == [1])
+        #expect(a.poll().isEnd)
+        #expect(listeners.log("a").events == [.register, .unregister])
+        #expect(topics.send(2, to: "a").delivered == 0)
+        let again = topics.subscribe(to: "a")
+        #expect(listeners.log("a").events == [.register, .unregister, .register])
+        listeners.sinks.value["a"]!.send(3)
+        #expect(pollAll(again) == [3])
+        again.cancel()
+        #expect(topics.topicCount == 0)
+    }
+
+    @available(macOS 13, iOS 16, tvOS 16, watchOS 9, *)
+    @Test func finishUnregistersEveryTopic() {
+        let listeners = Listeners()
+        let topics = Topics(register: listeners.register)
+        let subscriptions = ["a", "b", "c"].map { topics.subscribe(to: $0) }
+        topics.finish()
+        for topic in ["a", "b", "c"] { #expect(listeners.log(topic).events == [.register, .unregister]) }
+        for subscription in subscriptions { #expect(subscription.poll().isEnd) }
+        _ = topics.subscribe(to: "a")
+        #expect(listeners.log("a").events == [.register, .unregister], "a finished set of topics registered again")
+    }
+
+    /// Subscribers come and go on a few topics from several threads, while
+    /// `finish(topic:)` closes them: each topic's register and unregister
+    /// calls alternate and never overlap.
+    @available(macOS 13, iOS 16, tvOS 16, watchOS 9, *)
+    @Test func aTopicsRegisterAndUnregisterNeverOverlap() async throws {
+        let listeners = Listeners()
+        let topics = Topics(register: listeners.register)
+        let rounds = 3_000
+        try await raceOnThreads(3, "subscribers and finish(topic:) on a few topics") { role in
+            var rng = SplitMix64(seed: UInt64(role) &+ 17)
+            for _ in 0..<rounds {
+                let topic = "t\(rng.next() % 3)"
+                if role == 2 && rng.next() % 4 == 0 {
+                    topics.finish(topic: topic)
+                } else {
+                    topics.subscribe(to: topic).cancel()
+                }
+            }
+        }
+        for log in listeners.allLogs {
+            #expect(log.overlaps == 0, "a topic's register and unregister overlapped")
+            #expect(log.alternates(closed: true), "\(log.events.prefix(12))")
+        }
+        #expect(topics.topicCount == 0)
+        #expect(topics.registry.shards.allSatisfy { shard in shard.lock.withLock { shard.retiring.isEmpty } })
+    }
+}
