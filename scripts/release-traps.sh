@@ -43,6 +43,9 @@ expectations=(
     "register-negative-replay|AsyncBroadcast misuse: replay must not be negative (got -1)"
     "upstream-negative-replay|AsyncBroadcast misuse: replay must not be negative (got -2)"
     "negative-stop-after|AsyncBroadcast misuse: |whileSubscribed(stopAfter:) must not be negative"
+    "topics-negative-replay|AsyncBroadcast misuse: replay must not be negative (got -3)"
+    "topics-bounded-zero-subscribe|AsyncBroadcast misuse: subscribe(to:bufferingPolicy:)|.bounded|at least 1"
+    "batch-limit-zero|AsyncBroadcast misuse: next(upTo:into:) needs a limit of at least 1 (got 0)"
 )
 
 passed=0

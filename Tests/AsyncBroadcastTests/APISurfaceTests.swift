@@ -182,6 +182,47 @@ import Testing
         _ = (shared, defaulted, fromUpstream, fromUpstreamDefaulted, fromListenerDefaulted)
     }
 
+    /// Contract v4: `BroadcastTopics` and the batch read, with the
+    /// signatures ../API.md gives them (as function values where they have
+    /// no defaulted arguments, so a changed signature fails to compile).
+    @available(macOS 13, iOS 16, tvOS 16, watchOS 9, *)
+    @Test func everyTopicsDeclarationHasItsContractSignature() async throws {
+        typealias Topics = BroadcastTopics<String, Int, NetworkError>
+        requireSendable(Topics?.none)
+        let _: Topics.BufferingPolicy.Type = BroadcastBufferingPolicy.self
+        let _: Topics.Subscription.Type = BroadcastSequence<Int, NetworkError>.Subscription.self
+        let topics = Topics(bufferingPolicy: .unbounded, replay: 0)
+        let defaulted = BroadcastTopics<String, Int, Never>()
+        let register: @Sendable (String, BroadcastSink<Int, NetworkError>) -> @Sendable () -> Void = { _, _ in {} }
+        let listening = Topics(bufferingPolicy: .bounded(4), replay: 1, stopAfter: .zero, register: register)
+        let listeningDefaulted = BroadcastTopics<String, Int, Never> { _, _ in {} }
+
+        let subscription: Topics.Subscription = topics.subscribe(to: "a", bufferingPolicy: nil)
+        let subscribeDefaulted = topics.subscribe(to: "a")
+        let send: (Int, String) -> BroadcastSendResult = topics.send(_:to:)
+        let sendBatch: BroadcastSendResult = topics.send(contentsOf: [1, 2], to: "a")
+        let emit: (Int, String) async throws(CancellationError) -> BroadcastSendResult = topics.emit(_:to:)
+        let finishTopic: (String) -> Void = topics.finish(topic:)
+        let finish: () -> Void = topics.finish
+        let finishThrowing: (NetworkError) -> Void = topics.finish(throwing:)
+        let count: (String) -> Int = topics.subscriberCount(of:)
+        let topicCount: Int = topics.topicCount
+        #expect(send(1, "a") == BroadcastSendResult(delivered: 2))
+        #expect(sendBatch == BroadcastSendResult(delivered: 4))
+        #expect(try await emit(3, "a") == BroadcastSendResult(delivered: 2))
+        #expect(count("a") == 2 && topicCount == 1)
+
+        // The batch read on the iterator.
+        var iterator = subscription.makeAsyncIterator()
+        var batch: [Int] = []
+        let read: Int = try await iterator.next(upTo: 8, into: &batch)
+        #expect(read == 4 && batch == [1, 2, 1, 3], "\(batch)")
+        finishTopic("a")
+        finishThrowing(NetworkError())
+        finish()
+        _ = (subscribeDefaulted, defaulted, listening, listeningDefaulted)
+    }
+
     /// A typed-failure upstream for the surface test (never yields).
     struct AsyncThrowingNeverStream: AsyncSequence, Sendable {
         typealias Element = Int

@@ -35,6 +35,27 @@ import Testing
         expectMessage(subscribing, "AsyncBroadcast misuse: subscribe(bufferingPolicy:): .bufferingOldest capacity must not be negative (got -2)")
     }
 
+    @Test func aBatchReadWithALimitBelowOneTraps() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            let sequence = BroadcastSequence(of: Int.self)
+            var iterator = sequence.subscribe().makeAsyncIterator()
+            var batch: [Int] = []
+            _ = await iterator.next(upTo: 0, into: &batch)
+        }
+        expectMessage(result, "AsyncBroadcast misuse: next(upTo:into:) needs a limit of at least 1 (got 0)")
+    }
+
+    @Test func topicsMisuseTraps() async {
+        let replay = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            _ = BroadcastTopics<String, Int, Never>(replay: -3)
+        }
+        expectMessage(replay, "AsyncBroadcast misuse: replay must not be negative (got -3)")
+        let subscribing = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            _ = BroadcastTopics<String, Int, Never>().subscribe(to: "a", bufferingPolicy: .bounded(0))
+        }
+        expectMessage(subscribing, "AsyncBroadcast misuse: subscribe(to:bufferingPolicy:): .bounded capacity must be at least 1 (got 0)")
+    }
+
     /// A second consumer while the first is parked.
     @Test func concurrentNextWhileTheFirstIsParkedTraps() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {

@@ -115,6 +115,48 @@ extension BroadcastSequence {
             public mutating func next(isolation actor: isolated (any Actor)?) async throws(Failure) -> Element? {
                 try await subscription.core.next(isolation: actor, checkCancellation: cancellationCheck.isDue())
             }
+
+            /// Waits only while nothing is ready, then appends up to `limit`
+            /// elements, in order, to `buffer` and returns how many.
+            ///
+            /// It suspends as ``next()`` does while the subscriber holds
+            /// nothing; once an element is there it takes it and every
+            /// element already buffered behind it, up to `limit`, without
+            /// suspending again. It returns 0 once the subscription has
+            /// ended: at the end, or after the sequence's error was thrown
+            /// (the error is thrown by the call that finds it first, after
+            /// everything before it was returned). Each call reads the task's
+            /// cancellation flag: a cancelled consumer's call ends the
+            /// subscriber as ``Subscription/cancel()`` does and returns 0.
+            ///
+            /// ```swift
+            /// var batch: [Event] = []
+            /// var iterator = subscription.makeAsyncIterator()
+            /// while try await iterator.next(upTo: 64, into: &batch) > 0 {
+            ///     try await socket.write(encode(batch))   // one write per batch
+            ///     batch.removeAll(keepingCapacity: true)
+            /// }
+            /// ```
+            ///
+            /// A `limit` below 1 traps with a message naming it.
+            @inlinable
+            public mutating func next(upTo limit: Int, into buffer: inout [Element]) async throws(Failure) -> Int {
+                try await next(upTo: limit, into: &buffer, isolation: nil)
+            }
+
+            /// ``next(upTo:into:)`` running on `actor`, as ``next(isolation:)``.
+            @inlinable
+            public mutating func next(upTo limit: Int, into buffer: inout [Element],
+                                      isolation actor: isolated (any Actor)?) async throws(Failure) -> Int {
+                if limit < 1 { misuse("next(upTo:into:) needs a limit of at least 1 (got \(limit))") }
+                // One look at the cancellation flag per batch; `next` then
+                // takes its usual look at the next single call's turn.
+                cancellationCheck.callsLeft = 0
+                guard let first = try await subscription.core.next(
+                    isolation: actor, checkCancellation: cancellationCheck.isDue()) else { return 0 }
+                buffer.append(first)
+                return 1 + subscription.core.takeBuffered(upTo: limit - 1, into: &buffer)
+            }
         }
     }
 }

@@ -425,6 +425,21 @@ final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendab
         if terminalHint.loadAcquire() != 0 && !buffer.hasElementsForConsumer { storage?.remove(self) }
     }
 
+    /// Appends up to `limit` elements that are already buffered, without
+    /// waiting and without taking the terminal event (the next `next()`
+    /// finds it). Returns how many.
+    @inlinable
+    func takeBuffered(upTo limit: Int, into elements: inout [Element]) -> Int {
+        guard limit > 0, claimConsumer() else { return 0 }
+        defer { releaseConsumer() }
+        var taken = 0
+        while taken < limit, ended.loadAcquire() == 0, !parking.isCancelled, let element = pop() {
+            elements.append(element)
+            taken += 1
+        }
+        return taken
+    }
+
     /// Delivers the terminal event once (`.empty` if there is none yet).
     @inlinable
     func takeTerminal() -> PollOutcome<Element, Failure> {

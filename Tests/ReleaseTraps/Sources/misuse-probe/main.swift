@@ -11,6 +11,7 @@ let cases = [
     "negative-newest", "negative-oldest-subscribe", "concurrent-next",
     "value-update-reentered", "value-equality-reentered", "value-concurrent-next",
     "register-negative-replay", "upstream-negative-replay", "negative-stop-after",
+    "topics-negative-replay", "topics-bounded-zero-subscribe", "batch-limit-zero",
 ]
 
 /// An `Equatable` value whose `==` reads the `BroadcastValue` it lives in.
@@ -158,6 +159,15 @@ case "upstream-negative-replay":
     use(BroadcastSequence<Int, Never>(replay: -2, upstream: { Single(element: 1) }))
 case "negative-stop-after":
     use(BroadcastStart.whileSubscribed(stopAfter: .milliseconds(-1)))
+case "topics-negative-replay":
+    use(BroadcastTopics<String, Int, Never>(replay: -3))
+case "topics-bounded-zero-subscribe":
+    use(BroadcastTopics<String, Int, Never>().subscribe(to: "a", bufferingPolicy: .bounded(0)))
+case "batch-limit-zero":
+    let sequence = BroadcastSequence<Int, Never>()
+    var iterator = sequence.subscribe().makeAsyncIterator()
+    var batch: [Int] = []
+    use(await iterator.next(upTo: 0, into: &batch))
 default:
     fail("unknown case \(name)", status: 2)
 }
