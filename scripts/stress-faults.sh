@@ -16,7 +16,8 @@
 # PROMISE_DOUBLE_COMPLETE), caught by the promise rounds; sharing an upstream
 # (SHARING_SKIP_STOP, SHARING_STALE_DELIVERY, COUNTS_SKIP_REMOVAL,
 # SHARING_PARALLEL_RECONCILERS), caught by
-# the sharing rounds. Every run uses the normal mix of round kinds but the
+# the sharing rounds; topics (TOPIC_RETIRES_BUSY, TOPIC_STARTS_UNBLOCKED),
+# caught by the topics rounds. Every run uses the normal mix of round kinds but the
 # litmus rounds (which hammer one cross-thread handshake; their orderings are
 # checked by scripts/litmus.sh and Fuzz/fault-check.sh).
 #
@@ -37,7 +38,7 @@ faults=("$@")
                                     VALUE_SKIP_WAKE VALUE_DUPLICATE PROMISE_LEAK_CANCELLED
                                     VALUE_EQUAL_IS_CHANGE PROMISE_DOUBLE_COMPLETE
                                     SHARING_SKIP_STOP SHARING_STALE_DELIVERY COUNTS_SKIP_REMOVAL
-                                    SHARING_PARALLEL_RECONCILERS)
+                                    SHARING_PARALLEL_RECONCILERS TOPIC_RETIRES_BUSY TOPIC_STARTS_UNBLOCKED)
 # Generous outer bound: the stress tool enforces its own deadline and exits.
 hard_limit=$(( budget + 3 * deadline + 60 ))
 
@@ -50,7 +51,7 @@ run_stress() {
     # Litmus rounds hammer one handshake and catch none of these faults: the
     # other kinds keep the whole budget, as before litmus rounds existed.
     timeout "$hard_limit" "$binary" --seconds "$budget" --deadline "$deadline" --quiet \
-        --kinds sequence,value,promise,sharing "${seed_args[@]}" >"$log" 2>&1
+        --kinds sequence,value,promise,sharing,topics "${seed_args[@]}" >"$log" 2>&1
     run_rc=$?
 }
 

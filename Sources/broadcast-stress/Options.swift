@@ -19,7 +19,7 @@ struct Options: Sendable {
     static let usage = """
     usage: broadcast-stress [--seconds N] [--rounds N] [--seed S] [--round-seed S]
                             [--producers N] [--subscribers N] [--deadline SECONDS] [--quiet]
-                            [--kinds sequence,value,promise,sharing,litmus,large-n]
+                            [--kinds sequence,value,promise,sharing,litmus,topics,large-n]
 
       --seconds N       time budget (default 10 unless --rounds is given)
       --rounds N        stop after N rounds
@@ -27,15 +27,18 @@ struct Options: Sendable {
       --round-seed S    run every round with this round seed (replay one failing round)
       --producers N     producers per round (default: random 1...8; value rounds 1...6;
                         promise rounds: completers, 1...6; sharing rounds: listener
-                        threads per registration, 1...3, at most 4)
+                        threads per registration, 1...3, at most 4; topics rounds:
+                        producer threads, 1...4, at most 4)
       --subscribers N   subscribers per round, besides the witness (default: random 1...64;
                         value rounds 1...48; promise rounds: waiters, 1...10000;
-                        sharing rounds: subscribers per wave, 1...24)
+                        sharing rounds: subscribers per wave, 1...24; topics
+                        rounds: subscriber tasks, 2...16, at most 24)
       --deadline S      seconds a round may take before it fails as hung (default 20)
-      --kinds K,...     only these round kinds (default: all; about 57% sequence,
-                        13% BroadcastValue, 8% BroadcastPromise, 14% sharing
-                        (a shared upstream or listener), 8% litmus (one
-                        cross-thread handshake on two threads, many times)
+      --kinds K,...     only these round kinds (default: all; about 52% sequence,
+                        12% BroadcastValue, 7% BroadcastPromise, 13% sharing
+                        (a shared upstream or listener), 7% litmus (one
+                        cross-thread handshake on two threads, many times),
+                        9% topics (BroadcastTopics, topics coming and going)
                         rounds); large-n (sequence rounds with 1,000-4,000
                         subscribers joining and leaving while producers send)
                         runs only when named; a --round-seed replay needs the

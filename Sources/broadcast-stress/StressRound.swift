@@ -1,7 +1,7 @@
 import AsyncBroadcastTestSupport
 /// What a round exercises.
 enum RoundKind: String, Sendable, CaseIterable {
-    case sequence, value, promise, sharing, litmus
+    case sequence, value, promise, sharing, litmus, topics
     /// Sequence rounds with 1,000-4,000 subscribers joining and leaving while
     /// producers send. Not in the default mix (a round takes seconds under
     /// ThreadSanitizer); ask for it with `--kinds`.
@@ -15,6 +15,7 @@ enum RoundKind: String, Sendable, CaseIterable {
         case .promise: return 8
         case .sharing: return 14
         case .litmus: return 8
+        case .topics: return 10
         case .largeN: return 0
         }
     }
@@ -47,6 +48,7 @@ enum StressRound: Sendable {
     case promise(PromiseRoundPlan)
     case sharing(SharingRoundPlan)
     case litmus(LitmusRoundPlan)
+    case topics(TopicsRoundPlan)
     case largeN(RoundPlan)
 
     static func generate(seed: UInt64, options: Options) -> StressRound {
@@ -56,6 +58,7 @@ enum StressRound: Sendable {
         case .promise: return .promise(PromiseRoundPlan.generate(seed: seed, options: options))
         case .sharing: return .sharing(SharingRoundPlan.generate(seed: seed, options: options))
         case .litmus: return .litmus(LitmusRoundPlan.generate(seed: seed, options: options))
+        case .topics: return .topics(TopicsRoundPlan.generate(seed: seed, options: options))
         case .largeN:
             var large = options
             var rng = SplitMix64(seed: seed ^ 0x1A26_E000_0000_0001)
@@ -71,6 +74,7 @@ enum StressRound: Sendable {
         case .promise: return .promise
         case .sharing: return .sharing
         case .litmus: return .litmus
+        case .topics: return .topics
         case .largeN: return .largeN
         }
     }
@@ -82,6 +86,7 @@ enum StressRound: Sendable {
         case .promise(let plan): return plan.summary
         case .sharing(let plan): return plan.summary
         case .litmus(let plan): return plan.summary
+        case .topics(let plan): return plan.summary
         case .largeN(let plan): return plan.summary
         }
     }
@@ -93,6 +98,7 @@ enum StressRound: Sendable {
         case .promise(let plan): return plan.details
         case .sharing(let plan): return plan.details
         case .litmus(let plan): return plan.details
+        case .topics(let plan): return plan.details
         case .largeN(let plan): return plan.details
         }
     }
@@ -117,6 +123,8 @@ extension RoundRunner {
             return await SharingRoundRunner.run(plan, header: header, options: options)
         case .litmus(let plan):
             return await LitmusRoundRunner.run(plan, header: header, options: options)
+        case .topics(let plan):
+            return await TopicsRoundRunner.run(plan, header: header, options: options)
         }
     }
 }

@@ -10,7 +10,8 @@
 // for what is checked and when. Other round kinds (`--kinds`) stress
 // BroadcastValue (ValueRound), BroadcastPromise (PromiseRound) and sharing
 // an upstream or a listener across starts and stops (SharingRound,
-// SharingChecker). Exit status: 0 if every round passed.
+// SharingChecker), and BroadcastTopics whose topics come and go
+// (TopicsRound). Exit status: 0 if every round passed.
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Darwin)

@@ -93,8 +93,14 @@ import Testing
         let topics = Topics(stopAfter: .seconds(60), clock: clock, register: listeners.register)
         let old = topics.subscribe(to: "a")
         listeners.holdUnregister.value = true
-        // finish(topic:) runs the unregister, which we hold open, on a thread.
-        let finishing = Task.detached { topics.finish(topic: "a") }
+        // finish(topic:) runs the unregister, which we hold open, on a
+        // thread of its own (not a task: it would hold a cooperative pool
+        // thread, two here, while it waits).
+        let finished = Locked(false)
+        Thread.detachNewThread {
+            topics.finish(topic: "a")
+            finished.value = true
+        }
         try await waitUntil("the unregister is running") { listeners.unregistering.value == 1 }
         #expect(old.poll().isEnd)
         let fresh = topics.subscribe(to: "a")
@@ -102,12 +108,40 @@ import Testing
         #expect(pollAll(fresh) == [1], "the new topic is live at once, for sends")
         #expect(listeners.log("a").events == [.register, .unregister], "register ran while the previous unregister was still running")
         listeners.holdUnregister.value = false
-        await finishing.value
+        try await waitUntil("finish(topic:) returns") { finished.value }
         try await waitUntil("the new topic's register") { listeners.log("a").registers == 2 }
         #expect(listeners.log("a").overlaps == 0)
         #expect(listeners.log("a").alternates(closed: false))
         listeners.sinks.value["a"]!.send(2)
         #expect(pollAll(fresh) == [2])
+    }
+
+    /// A generation whose start waits for the previous one's unregister,
+    /// and whose subscribers all leave before it may start: once its
+    /// stopAfter has passed it is idle and goes, though it never ran (found
+    /// by the stress tool: it stayed live, with nobody to tell the registry).
+    @available(macOS 13, iOS 16, tvOS 16, watchOS 9, *)
+    @Test func aBlockedGenerationWhoseSubscribersLeftGoesAfterStopAfter() async throws {
+        let clock = ManualClock()
+        let listeners = Listeners()
+        let topics = Topics(stopAfter: .seconds(5), clock: clock, register: listeners.register)
+        _ = topics.subscribe(to: "a")
+        listeners.holdUnregister.value = true
+        let finished = Locked(false)
+        Thread.detachNewThread {  // not a task: see the test above
+            topics.finish(topic: "a")
+            finished.value = true
+        }
+        try await waitUntil("the unregister is running") { listeners.unregistering.value == 1 }
+        topics.subscribe(to: "a").cancel()  // a blocked generation, left at once: it lingers
+        #expect(topics.topicsCounters == TopicsCounters(live: 1, retiring: 1, blockedStarts: 1))
+        try await withDeadline("its stop timer asleep") { await clock.waitForSleepers(1) }
+        clock.advance(by: .seconds(5))
+        try await waitUntil("the blocked generation goes") { topics.topicCount == 0 }
+        listeners.holdUnregister.value = false
+        try await waitUntil("finish(topic:) returns") { finished.value }
+        try await waitUntil("nothing left") { topics.topicsCounters == TopicsCounters() }
+        #expect(listeners.log("a").events == [.register, .unregister], "a generation that never started registered")
     }
 
     @available(macOS 13, iOS 16, tvOS 16, watchOS 9, *)

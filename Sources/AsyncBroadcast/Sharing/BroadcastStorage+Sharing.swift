@@ -87,7 +87,13 @@ extension BroadcastStorage {
             state.sharing!.timerReturned(token: token)
             return state.sharing!.claimReconciler()
         }
-        if reconcile { reconcileSharing() }
+        if reconcile {
+            reconcileSharing()
+        } else {
+            // Nothing to stop (a topic whose start was blocked never ran):
+            // the sequence may be idle all the same.
+            topicObserver?(self)
+        }
     }
 
     // MARK: Runs

@@ -26,17 +26,27 @@ extension BroadcastStorage {
         return (subscriber, registered, followUp)
     }
 
-    /// Finishes this sequence if it is idle: no subscriber, and for a
-    /// listener no run starting, running, stopping or lingering. Returns
-    /// whether it is now finished (already finished counts: a listener's
-    /// `sink.finish()` ended it).
+    /// What `retireIfIdle()` found.
     @usableFromInline
-    func retireIfIdle() -> Bool {
+    enum Retirement {
+        /// Subscribers, or a run starting, running, stopping or lingering.
+        case busy
+        /// Idle, and now finished: nothing of it runs or will run.
+        case retired
+        /// It had finished already (its listener's `sink.finish()`); its run
+        /// may still be stopping.
+        case finished
+    }
+
+    /// Finishes this sequence if it is idle: no subscriber, and for a
+    /// listener no run starting, running, stopping or lingering.
+    @usableFromInline
+    func retireIfIdle() -> Retirement {
         withState { state, effects in
-            if state.terminal != nil { return true }
-            guard state.subscribers.isEmpty, state.sharing?.isIdle ?? true else { return false }
+            if state.terminal != nil { return .finished }
+            guard state.subscribers.isEmpty, state.sharing?.isIdle ?? true else { return .busy }
             state.finish(.finished, effects: &effects)
-            return true
+            return .retired
         }
     }
 
@@ -45,13 +55,19 @@ extension BroadcastStorage {
     @usableFromInline
     var hasFinished: Bool { lock.withLock { state.terminal != nil } }
 
-    /// Whether this (finished) sequence's last run has stopped: its
-    /// unregister closure has returned (always true without a listener).
+    /// Whether this sequence has finished and its last run has stopped:
+    /// its unregister closure has returned (without a listener: whether it
+    /// has finished). A retired generation that has not finished yet (the
+    /// registry finishes it after releasing its shard lock) may still start
+    /// a run: a subscriber's start, or a blocked start let go, can be on its
+    /// way.
     @usableFromInline
-    var runHasStopped: Bool { lock.withLock { state.sharing?.hasStopped ?? true } }
+    var runHasStopped: Bool { lock.withLock { state.terminal != nil && (state.sharing?.hasStopped ?? true) } }
 
     /// Lets a generation created blocked (its predecessor was stopping)
-    /// start its upstream; performs the start, with no lock held.
+    /// start its upstream; performs the start, with no lock held. If there
+    /// is nothing to start (its subscribers left meanwhile) it may be idle:
+    /// the registry hears of it either way.
     @usableFromInline
     func unblockStart() {
         let reconcile = withState { state, _ in
@@ -59,6 +75,10 @@ extension BroadcastStorage {
             state.sharing!.startBlocked = false
             return state.sharing!.claimReconciler()
         }
-        if reconcile { reconcileSharing() }
+        if reconcile {
+            reconcileSharing()
+        } else {
+            topicObserver?(self)
+        }
     }
 }

@@ -159,11 +159,19 @@ final class TopicRegistry<Topic: Hashable & Sendable, Element: Sendable, Failure
                     release = shard.live.removeValue(forKey: topic)
                     return
                 }
-                // Idle: nothing runs or stops any more, so it does not wait
-                // in `retiring`.
-                guard storage.retireIfIdle() else { return }
-                release = shard.live.removeValue(forKey: topic)
-                return
+                switch storage.retireIfIdle() {
+                case .busy:
+                    return
+                case .retired:
+                    // Nothing runs or stops any more: it does not wait in
+                    // `retiring`.
+                    release = shard.live.removeValue(forKey: topic)
+                    return
+                case .finished:
+                    // Its listener ended it: out of `live`, and waiting in
+                    // `retiring` until its run has stopped (checked below).
+                    retire(storage, topic, in: shard)
+                }
             }
             guard var stopping = shard.retiring[topic],
                   let index = stopping.firstIndex(where: { $0 === storage }),
@@ -307,3 +315,4 @@ final class TopicRegistry<Topic: Hashable & Sendable, Element: Sendable, Failure
         shards.reduce(0) { total, shard in total + shard.lock.withLock { shard.live.count } }
     }
 }
+

@@ -1,0 +1,43 @@
+// `@_spi(Testing)` entry points of `BroadcastTopics`, for the tests, the
+// stress tool and the fuzz targets. Not part of the public contract.
+
+/// What a `BroadcastTopics` holds now.
+@_spi(Testing)
+public struct TopicsCounters: Sendable, Equatable {
+    /// Live topics (as `topicCount`).
+    public var live = 0
+    /// Finished generations whose listener has not finished unregistering.
+    public var retiring = 0
+    /// Topics whose next generation waits for a retiring one to stop.
+    public var blockedStarts = 0
+
+    public init(live: Int = 0, retiring: Int = 0, blockedStarts: Int = 0) {
+        self.live = live
+        self.retiring = retiring
+        self.blockedStarts = blockedStarts
+    }
+}
+
+extension BroadcastTopics {
+    /// A snapshot of the registry, shard by shard.
+    @_spi(Testing)
+    public var topicsCounters: TopicsCounters {
+        var counters = TopicsCounters()
+        for shard in registry.shards {
+            shard.lock.withLock {
+                counters.live += shard.live.count
+                for (topic, stopping) in shard.retiring {
+                    counters.retiring += stopping.count
+                    if shard.live[topic] != nil { counters.blockedStarts += 1 }
+                }
+            }
+        }
+        return counters
+    }
+}
+
+extension BroadcastSink {
+    /// Which sequence (a topic's generation) and run this sink feeds.
+    @_spi(Testing)
+    public var runIdentity: (sequence: ObjectIdentifier, run: UInt64) { (ObjectIdentifier(storage), generation) }
+}
