@@ -83,6 +83,10 @@ enum ScaleWorkload: String, CaseIterable {
     case valueWake = "scale: value wake"
     case registrationStorm = "scale: registration storm"
     case lifecycle = "lifecycle: finish(), short-lived sequences, create + release"
+    // BroadcastTopics (TopicsWorkloads.swift); `--filter topics` runs them.
+    case topicsMemory = "topics: memory"
+    case topicsFanout = "topics: fan-out"
+    case topicsChurn = "topics: churn"
 }
 
 /// The scale workloads the options select. With a filter, only one that
@@ -273,6 +277,8 @@ struct ScaleRun: Sendable {
     var senderCPUNanos: UInt64 = 0
     var registrations = 0
     var worstRegistrationNanos: UInt64 = 0
+    /// Named numbers of cells with their own table (the topics cells).
+    var extra: [String: Double] = [:]
 }
 
 struct ScaleCell {
@@ -1382,6 +1388,16 @@ func runScale(_ o: CompareOptions, _ workloads: [ScaleWorkload], watchdog: Watch
 
     if workloads.contains(.lifecycle) {
         for line in await ctx.lifecycleTable(o) { p(line) }
+    }
+
+    if workloads.contains(.topicsMemory) {
+        for line in await ctx.topicsMemoryTable(o) { p(line) }
+    }
+    if workloads.contains(.topicsFanout) {
+        for line in await ctx.topicsFanoutTable(o) { p(line) }
+    }
+    if workloads.contains(.topicsChurn) {
+        for line in await ctx.topicsChurnTable(o) { p(line) }
     }
 
     if !ctx.notes.isEmpty {
