@@ -496,8 +496,10 @@ func runTopicsFanout<S: AsyncSequence & Sendable>(
     await ready.wait()
     var run = ScaleRun(setupNanos: nowNanos() &- setupStart)
     beat()
+    let cpu0 = processCPUNanos()
     let (start, times) = await runTopicProducers(sends, send)
     let all = await waitUntil(seconds: 60) { reached.current >= n }
+    run.extra["cpu"] = Double(processCPUNanos() &- cpu0)
     var end: UInt64 = start
     for j in 0..<n where stamps[j] > end { end = stamps[j] }
     await finish()
@@ -513,9 +515,16 @@ func runTopicsFanout<S: AsyncSequence & Sendable>(
     return run
 }
 
+/// The CPU time of the whole process (every thread).
+func processCPUNanos() -> UInt64 {
+    var t = timespec()
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t)
+    return UInt64(t.tv_sec) * 1_000_000_000 + UInt64(t.tv_nsec)
+}
+
 /// One run's rate on standard error (the table has only median, min, max).
 func logFanoutRun(_ peer: String, _ run: ScaleRun) -> ScaleRun {
-    log("    \(peer): \(fmt(run.deliveriesPerSecond / 1e6, 3)) M deliveries/s, set-up \(fmt(Double(run.setupNanos) / 1e9, 2)) s\(run.error.map { " WRONG: " + $0 } ?? "")")
+    log("    \(peer): \(fmt(run.deliveriesPerSecond / 1e6, 3)) M deliveries/s, CPU \(fmt((run.extra["cpu"] ?? .nan) / 1e9, 2)) s, set-up \(fmt(Double(run.setupNanos) / 1e9, 2)) s\(run.error.map { " WRONG: " + $0 } ?? "")")
     return run
 }
 
@@ -568,8 +577,10 @@ func fanoutCombine(_ sends: FanoutSends, beat: @escaping @Sendable () -> Void) a
     }
     var run = ScaleRun(setupNanos: nowNanos() &- setupStart)
     beat()
+    let cpu0 = processCPUNanos()
     let (start, times) = await runTopicProducers(sends, .thread { key, topic in peer.send(key, to: topic) })
     let end = nowNanos()
+    run.extra["cpu"] = Double(processCPUNanos() &- cpu0)
     for j in 0..<n where run.error == nil {
         if let e = tallies[j].check(sends, topic: sends.topic(ofSubscription: j)) { run.error = "subscription \(j): \(e)" }
     }
@@ -588,6 +599,25 @@ extension ScaleContext {
         let runs = plan.smoke ? 1 : plan.reps
         let watchdog = self.watchdog
         var table: [(p: Int, sends: FanoutSends, runs: [PeerRuns])] = []
+        // One untimed run per peer first (not in smoke): the first runs of a
+        // process pay for growing the heap to 200,000 reader tasks.
+        if !plan.smoke {
+            let sends = FanoutSends(subscribers: s, producers: 1, sends: m)
+            let label = "\(ScaleWorkload.topicsFanout.rawValue) warm-up"
+            let beat: @Sendable () -> Void = { watchdog.beat(label) }
+            log("· \(label), N = \(grouped(s))")
+            let warm: [(String, @Sendable () async -> ScaleRun)] = [
+                (TopicsPeerName.ours, { await fanoutOurs(sends, beat: beat) }),
+                (TopicsPeerName.lockDict, { await fanoutLockDict(sends, beat: beat) }),
+                (TopicsPeerName.actor, { await fanoutActor(sends, beat: beat) }),
+                (TopicsPeerName.combine, { await fanoutCombine(sends, beat: beat) }),
+            ]
+            for (peer, run) in warm where plan.wants(peer) {
+                beat()
+                let r = logFanoutRun(peer + " (warm-up)", await run())
+                if let e = r.error { failures.append("\(label), \(peer): \(e)") }
+            }
+        }
         for pc in producerCounts {
             let sends = FanoutSends(subscribers: s, producers: pc, sends: m)
             let label = "\(ScaleWorkload.topicsFanout.rawValue) P=\(pc)"
@@ -607,14 +637,18 @@ extension ScaleContext {
         p("#### \(ScaleWorkload.topicsFanout.rawValue): \(grouped(s)) subscribers, each on a personal topic and on one of "
             + "\(grouped(first.groups)) group topics of 10; P producers send to random topics")
         p("")
-        p("| P | peer | runs | median M deliveries/s | min | max | ours ÷ this | send p50 µs | send p99 µs | worst send ms | set-up s |")
-        p("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-        for (pc, _, runs) in table {
+        p("| P | peer | runs | median M deliveries/s | min | max | ours ÷ this | CPU ns per delivery (median) | this ÷ ours (CPU) | send p50 µs | send p99 µs | worst send ms | set-up s |")
+        p("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for (pc, sends, runs) in table {
             var meds: [String: Double] = [:]
-            for r in runs where !r.skipped { meds[r.peer] = median(r.runs.map(\.deliveriesPerSecond)) }
+            var cpus: [String: Double] = [:]
+            for r in runs where !r.skipped {
+                meds[r.peer] = median(r.runs.map(\.deliveriesPerSecond))
+                cpus[r.peer] = median(r.runs.map { ($0.extra["cpu"] ?? .nan) / Double(sends.deliveries) })
+            }
             for r in runs {
                 if r.skipped {
-                    p("| \(pc) | \(r.peer) | 0 | not run | | | | | | | |")
+                    p("| \(pc) | \(r.peer) | 0 | not run | | | | | | | | | |")
                     continue
                 }
                 let v = meds[r.peer]!
@@ -623,7 +657,7 @@ extension ScaleContext {
                 let (s50, s99, smax) = spread(r.runs.flatMap(\.sendCallNanos))
                 let peer = r.error.map { "\(r.peer) **WRONG: \($0)**" } ?? r.peer
                 p("| \(pc) | \(peer) | \(r.runs.count) | \(fmt(v / 1e6, 2)) | \(fmt(xs.min()! / 1e6, 2)) | \(fmt(xs.max()! / 1e6, 2)) "
-                    + "| \(ours) | \(micros(s50)) | \(micros(s99)) | \(fmt(smax / 1e6, 2)) "
+                    + "| \(ours) | \(fmt(cpus[r.peer]!, 0)) | \(cpus[TopicsPeerName.ours].map { fmt(cpus[r.peer]! / $0, 2) + "×" } ?? "–") | \(micros(s50)) | \(micros(s99)) | \(fmt(smax / 1e6, 2)) "
                     + "| \(fmt(median(r.runs.map { Double($0.setupNanos) }) / 1e9, 2)) |")
             }
         }
@@ -636,7 +670,10 @@ extension ScaleContext {
             + "cores, which also run the reader tasks), except for actor+AsyncStream, whose `await publish` needs a task: "
             + "there they are P tasks on the cooperative pool. Deliveries/s = deliveries / (the producers' start until the "
             + "last reader has received all it should; OpenCombine: until the last send returned). Ours ÷ this: AsyncBroadcast's "
-            + "median / this peer's (above 1: AsyncBroadcast delivers more per second). Send: the time of one send call "
+            + "median / this peer's (above 1: AsyncBroadcast delivers more per second). CPU per delivery: the process's CPU "
+            + "time (every thread, `CLOCK_PROCESS_CPUTIME_ID`) over the same window / deliveries, median over runs: what the "
+            + "deliveries cost whatever share of the 2 CPUs other work left us (this ÷ ours above 1: this peer spends more). "
+            + "One untimed warm-up run per peer (P = 1) comes first. Send: the time of one send call "
             + "(clock reads either side, about 20-40 ns, included), p50/p99/worst over every send of every run. Set-up (not "
             + "timed): subscribing all and starting the readers. Checked: every subscription received exactly the count and "
             + "sum of the elements sent to its topic (each element carries its topic, producer and index), none of another "
