@@ -32,7 +32,8 @@
 // between them, at least linearly) and compared with a budget per run.
 //
 // FANOUT_SCALE_FAULT=1 is a deliberate fault: reader 0 of every task-based
-// throughput run ignores one element, so the check must fail.
+// throughput run ignores one element, so the check must fail (and in the
+// topics fan-out cell, subscription 0 counts its first element twice).
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
@@ -83,6 +84,10 @@ enum ScaleWorkload: String, CaseIterable {
     case valueWake = "scale: value wake"
     case registrationStorm = "scale: registration storm"
     case lifecycle = "lifecycle: finish(), short-lived sequences, create + release"
+    // BroadcastTopics (TopicsWorkloads.swift); `--filter topics` runs them.
+    case topicsMemory = "topics: memory"
+    case topicsFanout = "topics: fan-out"
+    case topicsChurn = "topics: churn"
 }
 
 /// The scale workloads the options select. With a filter, only one that
@@ -273,6 +278,8 @@ struct ScaleRun: Sendable {
     var senderCPUNanos: UInt64 = 0
     var registrations = 0
     var worstRegistrationNanos: UInt64 = 0
+    /// Named numbers of cells with their own table (the topics cells).
+    var extra: [String: Double] = [:]
 }
 
 struct ScaleCell {
@@ -1116,13 +1123,20 @@ func runScale(_ o: CompareOptions, _ workloads: [ScaleWorkload], watchdog: Watch
 
     p("### Scale cells\(plan.smoke ? " (smoke: small N, one run each)" : "")")
     p("")
-    p("Runs per peer and N: " + plan.ns.map { "N = \(grouped($0)): \(plan.runs($0))" }.joined(separator: ", ")
-        + (plan.smoke ? "" : "; a warm-up run per peer first at N ≤ 1,024 only")
-        + ". Peers interleaved (each round runs every peer once, rotating who goes first). "
-        + "Budget per run: \(fmt(plan.budget, 0)) s (a peer estimated to take longer, from its runs at smaller N, is not run there).")
+    // The topics cells (TopicsWorkloads.swift) say their own sizes and runs.
+    if workloads.contains(where: { $0.rawValue.hasPrefix("scale") }) {
+        p("Runs per peer and N: " + plan.ns.map { "N = \(grouped($0)): \(plan.runs($0))" }.joined(separator: ", ")
+            + (plan.smoke ? "" : "; a warm-up run per peer first at N ≤ 1,024 only")
+            + ". Peers interleaved (each round runs every peer once, rotating who goes first). "
+            + "Budget per run: \(fmt(plan.budget, 0)) s (a peer estimated to take longer, from its runs at smaller N, is not run there).")
+    } else {
+        p("Peers interleaved (each round runs every peer once, rotating who goes first). "
+            + "Budget per run: \(fmt(plan.budget, 0)) s (a peer estimated to take longer, from its runs at smaller N, is not run there).")
+    }
     if scaleFault {
         p("")
-        p("**FANOUT_SCALE_FAULT=1: deliberate fault: reader 0 of every task-based throughput run ignores one element.**")
+        p("**FANOUT_SCALE_FAULT=1: deliberate fault: reader 0 of every task-based throughput run ignores one element "
+            + "(topics: fan-out: subscription 0 counts its first element twice).**")
     }
 
     if workloads.contains(.throughput) {
@@ -1382,6 +1396,16 @@ func runScale(_ o: CompareOptions, _ workloads: [ScaleWorkload], watchdog: Watch
 
     if workloads.contains(.lifecycle) {
         for line in await ctx.lifecycleTable(o) { p(line) }
+    }
+
+    if workloads.contains(.topicsMemory) {
+        for line in await ctx.topicsMemoryTable(o) { p(line) }
+    }
+    if workloads.contains(.topicsFanout) {
+        for line in await ctx.topicsFanoutTable(o) { p(line) }
+    }
+    if workloads.contains(.topicsChurn) {
+        for line in await ctx.topicsChurnTable(o) { p(line) }
     }
 
     if !ctx.notes.isEmpty {

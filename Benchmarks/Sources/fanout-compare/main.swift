@@ -11,8 +11,12 @@
 // workloads alone (each has its own table); `--filter batch` the
 // send(_:) vs send(contentsOf:) cells; `--filter scale` the scale cells
 // (N up to 100,000; their own tables; `--filter "scale: wake"` one of them;
-// `--budget S`: seconds one run of one peer may take there, default 30).
-// FANOUT_SCALE_FAULT=1: a deliberate fault in the scale throughput cell.
+// `--budget S`: seconds one run of one peer may take there, default 30);
+// `--filter topics` the BroadcastTopics cells (memory at 1,000,000 topics,
+// a Centrifugo-shaped fan-out, churn with the race counted; `--n N` sets the
+// memory cell's topic count and the fan-out cell's subscriber count).
+// FANOUT_SCALE_FAULT=1: a deliberate fault in the scale throughput cell and
+// the topics fan-out cell.
 //
 // Exits non-zero only if a run delivered a wrong result (count, sum, order):
 // status 1, or status 3 if a run never finished (watchdog, 120 s per run).
@@ -43,7 +47,10 @@ if arguments.contains("--help") || arguments.contains("-h") {
                           [--filter TEXT] [--peer TEXT] [--n N] [--no-allocs] [--budget S]
       --filter scale       the scale cells alone (N = 64, 1,024, 16,384, 100,000; --n N for one N)
       --budget S           seconds one run of one peer may take in the scale cells (default 30)
-      FANOUT_SCALE_FAULT=1 deliberate fault: a reader of the scale throughput cell ignores an element
+      --filter topics      the BroadcastTopics cells ("topics: memory", "topics: fan-out", "topics: churn";
+                           --n N: the memory cell's topics and the fan-out cell's subscribers)
+      FANOUT_SCALE_FAULT=1 deliberate fault: a reader of the scale throughput cell ignores an element,
+                           a topics fan-out subscription counts an element twice
     """)
     exit(0)
 }
