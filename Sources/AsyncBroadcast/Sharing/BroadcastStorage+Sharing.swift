@@ -21,6 +21,7 @@ extension BroadcastStorage {
     /// claimed the role calls this; it holds no lock while it runs user code
     /// (`upstream()` runs in the launched task, `register` and unregister
     /// closures run here).
+    @usableFromInline
     func reconcileSharing() {
         var outcome: SharingActionOutcome? = nil
         while true {

@@ -7,7 +7,7 @@ enum SharedSource<Element: Sendable, Failure: Error>: Sendable {
     /// Registers a listener; returns its unregister closure.
     case listener(register: @Sendable (BroadcastSink<Element, Failure>) -> @Sendable () -> Void)
 
-    var runsAreTasks: Bool {
+    @usableFromInline var runsAreTasks: Bool {
         if case .upstream = self { return true }
         return false
     }

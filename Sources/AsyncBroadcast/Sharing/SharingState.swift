@@ -12,13 +12,18 @@
 /// strictly alternate and never overlap, without holding a lock across user
 /// code.
 ///
+/// A class, not a struct, though only the sequence lock's holder touches
+/// it: every `BroadcastState` has room for one, and a plain sequence's
+/// (or topic's) `nil` costs a word instead of the 160-odd bytes of the
+/// state inline.
+///
 /// Invariants (checked by `_checkInvariants()`):
 /// - outside the reconciler, no action is needed: `reconciling || !needsAction`;
 /// - `.starting` and a timer slot without a task exist only while reconciling;
 /// - `starts - stops` is 1 while a run is starting or running, else 0;
 /// - `pendingEmit` belongs to the current run.
 @usableFromInline
-struct SharingState {
+final class SharingState {
     /// A run: one `upstream()` iteration task or one `register` call.
     @usableFromInline
     enum Run {
@@ -60,8 +65,9 @@ struct SharingState {
     /// A topic's new generation whose previous one is still stopping its
     /// run (`BroadcastTopics`): nothing starts until the registry clears
     /// this, so a topic's `register` never overlaps its last unregister.
-    var startBlocked: Bool
+    @usableFromInline var startBlocked: Bool
 
+    @usableFromInline
     init(mode: BroadcastStart.Mode, runsAreTasks: Bool, startBlocked: Bool = false) {
         self.mode = mode
         self.runsAreTasks = runsAreTasks
@@ -69,14 +75,14 @@ struct SharingState {
     }
 
     /// No subscriber, and nothing runs, starts, stops or waits to stop.
-    var isIdle: Bool {
+    @usableFromInline var isIdle: Bool {
         guard case .stopped = run else { return false }
         return subscriberCount == 0 && !reconciling && !lingering && timer == nil
     }
 
     /// The last run has stopped and its unregister (or cancellation) has
     /// been performed.
-    var hasStopped: Bool {
+    @usableFromInline var hasStopped: Bool {
         guard case .stopped = run else { return false }
         return !reconciling
     }
@@ -118,7 +124,7 @@ struct SharingState {
     // MARK: Transitions
 
     /// Call when the registered subscriber count changed.
-    mutating func subscribersChanged(from old: Int, to new: Int) {
+    func subscribersChanged(from old: Int, to new: Int) {
         subscriberCount = new
         if new > 0 {
             everSubscribed = true
@@ -131,20 +137,21 @@ struct SharingState {
 
     /// The sequence finished (any way): stop for good.
     @usableFromInline
-    mutating func sequenceEnded() {
+    func sequenceEnded() {
         ended = true
         lingering = false
     }
 
     /// The stop timer `token` returned (it slept its delay, or was cancelled).
-    mutating func timerReturned(token: UInt64) {
+    func timerReturned(token: UInt64) {
         counters.liveTimerTasks -= 1
         if timer?.token == token { timer = nil }
         if lingering && token == lingerToken { lingering = false }
     }
 
     /// `true` if the caller must now run `reconcileSharing()`.
-    mutating func claimReconciler() -> Bool {
+    @usableFromInline
+    func claimReconciler() -> Bool {
         guard !reconciling || Fault.sharingParallelReconcilers, needsAction else { return false }
         reconciling = true
         return true
@@ -152,7 +159,7 @@ struct SharingState {
 
     /// The reconciler's next action, or `nil` (and the role is released).
     /// The caller cancels `pendingEmit` when this returns `.stop`.
-    mutating func nextAction() -> SharingAction? {
+    func nextAction() -> SharingAction? {
         if timerIsStale, let task = timer?.task {
             timer = nil
             return .cancelTimer(task)
@@ -180,7 +187,7 @@ struct SharingState {
     }
 
     /// What the reconciler's last action produced, recorded under the lock.
-    mutating func record(_ outcome: SharingActionOutcome) {
+    func record(_ outcome: SharingActionOutcome) {
         switch outcome {
         case .started(let generation, let handle):
             guard case .starting(generation) = run else {

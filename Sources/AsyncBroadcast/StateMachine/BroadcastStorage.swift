@@ -7,44 +7,68 @@
 /// broken when a subscriber is removed.
 @usableFromInline
 final class BroadcastStorage<Element: Sendable, Failure: Error>: @unchecked Sendable {
+    /// Where each word of `block` lives, by who writes it (words `8k ..<
+    /// 8k + 8` share cache line `k + 1`; line 0 is the sequence lock):
+    /// - line 1: `RegistrationFairness` (words 0-4: registrants, and
+    ///   senders that waited), `registeredCount` (under the lock),
+    ///   `emittersWaiting` (rarely), the effects pool's slot;
+    /// - line 2: `parkedConsumers`, alone: every reader that parks or
+    ///   wakes increments or decrements it.
+    ///
+    /// One allocation, where a lock and five atomics used to take six (a
+    /// topic of a `BroadcastTopics` is one of these: it matters a million times).
+    @usableFromInline
+    enum Word {
+        @inlinable static var registeredCount: Int { 5 }
+        @inlinable static var emittersWaiting: Int { 6 }
+        @inlinable static var poolSlot: Int { 7 }
+        @inlinable static var parkedConsumers: Int { 8 }
+        @inlinable static var count: Int { 9 }
+    }
+
     @usableFromInline let defaultPolicy: BroadcastBufferingPolicy
-    @usableFromInline let lock = Lock()
+    /// The sequence lock and the atomic words (`Word`).
+    @usableFromInline let block: AtomicBlock
     @usableFromInline var state: BroadcastState<Element, Failure>
+
+    @inlinable var lock: Lock { block.lock }
     /// Non-zero while an emitter waits or is checking for room. Lets a
     /// `.bounded` consumer that just dropped below capacity skip the sequence
     /// lock when nobody could be waiting on it. Set under `lock` with
     /// sequential consistency *before* the emitter looks at subscribers'
     /// buffers, so a consumer that drains after that look sees it set.
-    @usableFromInline let emittersWaiting = AtomicInt(0)
+    @inlinable var emittersWaiting: AtomicInt { block.word(Word.emittersWaiting) }
     /// Reused `Effects` storage, so steady-state sends allocate nothing.
-    @usableFromInline let pool = EffectsPool<Element>()
+    @inlinable var pool: EffectsPool<Element> { EffectsPool(slot: block.word(Word.poolSlot)) }
     /// Readers that are parked or about to park (see `Parking`): a send
     /// looks for them only when this is non-zero.
-    @usableFromInline let parkedConsumers: AtomicInt
+    @inlinable var parkedConsumers: AtomicInt { block.word(Word.parkedConsumers) }
     /// `state.subscribers.count`, readable without the lock.
-    @usableFromInline let registeredCount: AtomicInt
+    @inlinable var registeredCount: AtomicInt { block.word(Word.registeredCount) }
     /// Lets `subscribe()` and `cancel()` in between the sends of a producer
     /// that sends without pause.
-    @usableFromInline let fairness = RegistrationFairness()
+    @inlinable var fairness: RegistrationFairness { RegistrationFairness(block: block) }
     /// What feeds a shared sequence (`nil` for a plain one). Read without
     /// the lock: it never changes.
-    let source: SharedSource<Element, Failure>?
+    @usableFromInline let source: SharedSource<Element, Failure>?
     /// For one topic of a `BroadcastTopics` (`nil` otherwise): told, with no
     /// lock held, whenever this sequence may have become idle or stopped
     /// its upstream (its last subscriber left; a start or stop of its
     /// upstream completed), so that the topic registry can retire it.
     @usableFromInline let topicObserver: (@Sendable (BroadcastStorage<Element, Failure>) -> Void)?
 
-    @usableFromInline
+    /// Inlinable, so that a client's specialization creates it without
+    /// generic metadata lookups (a `BroadcastTopics` creates one per topic).
+    @inlinable
     init(defaultPolicy: BroadcastBufferingPolicy, replay: Int, sharing: Sharing<Element, Failure>? = nil,
          startBlocked: Bool = false,
          topicObserver: (@Sendable (BroadcastStorage<Element, Failure>) -> Void)? = nil) {
         self.topicObserver = topicObserver
         self.defaultPolicy = defaultPolicy
-        let parkedConsumers = AtomicInt(0)
-        let registeredCount = AtomicInt(0)
-        self.parkedConsumers = parkedConsumers
-        self.registeredCount = registeredCount
+        let block = AtomicBlock(wordCount: Word.count)
+        self.block = block
+        let parkedConsumers = block.word(Word.parkedConsumers)
+        let registeredCount = block.word(Word.registeredCount)
         self.source = sharing?.source
         self.state = BroadcastState(
             replayLimit: replay, parkedConsumers: parkedConsumers, registeredCount: registeredCount,
@@ -54,12 +78,8 @@ final class BroadcastStorage<Element: Sendable, Failure: Error>: @unchecked Send
     }
 
     deinit {
-        lock.destroy()
-        emittersWaiting.destroy()
-        pool.destroy()
-        parkedConsumers.destroy()
-        registeredCount.destroy()
-        fairness.destroy()
+        pool.releaseCachedBox()
+        block.destroy()
     }
 
     /// Every transition of the sequence goes through here: `body` runs under

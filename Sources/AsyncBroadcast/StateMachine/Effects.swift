@@ -91,9 +91,14 @@ final class EffectsBox<Element: Sendable> {
 /// empty allocate their own; a box that finds the slot taken is freed.
 @usableFromInline
 struct EffectsPool<Element: Sendable>: @unchecked Sendable {
-    @usableFromInline let slot = AtomicInt(0)
+    @usableFromInline let slot: AtomicInt
 
-    @inlinable init() {}
+    /// A pool with a slot of its own (`destroy()` frees it).
+    @inlinable init() { slot = AtomicInt(0) }
+
+    /// A pool whose slot is a word of its owner's block (never `destroy()`
+    /// it: `releaseCachedBox()`, then the owner frees the block).
+    @inlinable init(slot: AtomicInt) { self.slot = slot }
 
     @inlinable
     func take() -> EffectsBox<Element>? {
@@ -111,10 +116,17 @@ struct EffectsPool<Element: Sendable>: @unchecked Sendable {
         }
     }
 
-    /// Frees the cached box. Call once, when no other thread can use the pool.
+    /// Frees the cached box and the slot (a pool made by `init()`). Call
+    /// once, when no other thread can use the pool.
     @inlinable
     func destroy() {
-        _ = take()
+        releaseCachedBox()
         slot.destroy()
+    }
+
+    /// Frees the cached box. Call once, when no other thread can use the pool.
+    @inlinable
+    func releaseCachedBox() {
+        _ = take()
     }
 }

@@ -58,9 +58,14 @@ public import _CAtomics  // `cab_cpu_relax`, `cab_thread_yield`, `cab_monotonic_
 struct RegistrationFairness: @unchecked Sendable {
     /// Word 0: `arrived`, word 1: `served` (written only by registrations),
     /// words 2 and 4: `abandoned` and `abandonedAt` (written only by
-    /// senders), word 3: `sendersWaiting`.
+    /// senders), word 3: `sendersWaiting`: words 0-4 of the block it is
+    /// given (a sequence's own: see `BroadcastStorage.Word`).
     @usableFromInline let block: AtomicBlock
 
+    /// The gate on words 0-4 of `block`, whose owner frees it.
+    @inlinable init(block: AtomicBlock) { self.block = block }
+
+    /// A gate with a block of its own (tests), freed by `destroy()`.
     @inlinable init() { block = AtomicBlock(wordCount: 5) }
 
     @inlinable func destroy() { block.destroy() }

@@ -40,7 +40,7 @@ extension BroadcastStorage {
 
     /// Finishes this sequence if it is idle: no subscriber, and for a
     /// listener no run starting, running, stopping or lingering.
-    @usableFromInline
+    @inlinable
     func retireIfIdle() -> Retirement {
         withState { state, effects in
             if state.terminal != nil { return .finished }
@@ -52,7 +52,7 @@ extension BroadcastStorage {
 
     /// Whether the sequence has finished (a listener's `sink.finish()`, or
     /// the registry).
-    @usableFromInline
+    @inlinable
     var hasFinished: Bool { lock.withLock { state.terminal != nil } }
 
     /// Whether this sequence has finished and its last run has stopped:
@@ -61,14 +61,14 @@ extension BroadcastStorage {
     /// registry finishes it after releasing its shard lock) may still start
     /// a run: a subscriber's start, or a blocked start let go, can be on its
     /// way.
-    @usableFromInline
+    @inlinable
     var runHasStopped: Bool { lock.withLock { state.terminal != nil && (state.sharing?.hasStopped ?? true) } }
 
     /// Lets a generation created blocked (its predecessor was stopping)
     /// start its upstream; performs the start, with no lock held. If there
     /// is nothing to start (its subscribers left meanwhile) it may be idle:
     /// the registry hears of it either way.
-    @usableFromInline
+    @inlinable
     func unblockStart() {
         let reconcile = withState { state, _ in
             guard state.sharing?.startBlocked == true else { return false }
