@@ -20,12 +20,13 @@ Checks, by group (--only GROUP,...):
                 characters) and 200 at 7,999;
   memory        5 clients of each policy (newest, oldest, bounded at the largest capacity the
                 server takes, unbounded) that never read, behind a 4 KiB receive buffer, while
-                --messages messages of 7,999 bytes are published as fast as 8 publishers can:
+                --messages messages of 7,999 bytes are published as fast as --publishers can:
                 a capacity of 1,000,000 is refused, the server's RSS grows by less than 50 MB,
                 two fast clients get every message, the bounded and unbounded stalled clients
                 are closed (/stats evicted), and /stats counts the stalled clients' drops;
-  leak          --cycles WebSocket connections opened (to `ready`) and closed: RSS grows by
-                less than 500 bytes per connection (after a warm-up of as many);
+  leak          rounds of --cycles WebSocket connections opened (to `ready`) and closed: after
+                a warm-up round, RSS grows by less than 500 bytes per connection in one of
+                up to three rounds (a leak grows it in every round);
   shutdown      SIGTERM while one client that upgraded neither reads nor answers: the process
                 exits 0 within 12 s, and a message published (200) just before SIGTERM reaches
                 a client that reads;
@@ -51,6 +52,9 @@ import asyncio
 import base64
 import collections
 import ctypes
+import multiprocessing
+import queue
+import re
 import http.client
 import json
 import os
@@ -204,7 +208,11 @@ def try_request(server: str, method: str, path: str, body: bytes | None = None, 
 def local_ports_of(pid: int) -> list[int]:
     """The local ports of the process's TCP sockets (its fds matched in /proc/net/tcp)."""
     inodes = set()
-    for fd in os.listdir(f"/proc/{pid}/fd"):
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:  # it exited
+        return []
+    for fd in fds:
         try:
             target = os.readlink(f"/proc/{pid}/fd/{fd}")
         except OSError:
@@ -396,37 +404,74 @@ def bad_publish(args, checks: Checks, server: Server | None) -> None:
     server.stop()
 
 
-class FastClient(threading.Thread):
+def fast_reader(server: str, run: str, count: int, capacity: int, results, ready) -> None:
+    """A fast client, in a process of its own (so that the checker's threads cannot slow it):
+    reads raw frames as they come, until it has `count` messages of the run or 90 s passed.
+    Puts (indices in order received, gap frames, error) on `results`."""
+    received: list[int] = []
+    gaps = 0
+    error = ""
+    pattern = re.compile(rb'"body":"' + run.encode() + rb' (\d{6}) ')
+    first_gap = None
+    try:
+        try:  # on a loaded machine, the client must not be the one that falls behind
+            os.nice(-10)
+        except OSError:
+            pass
+        # A client with room to receive: the kernel may hold 4 MB for it (net.core.rmem_max's
+        # usual value), so a moment without the CPU does not make it slow.
+        sock, rest = ws_handshake(server, f"/feed?policy=newest&capacity={capacity}", rcvbuf=4 << 20)
+        reader = wait_ready(sock, rest)
+        ready.set()
+        sock.settimeout(10)  # done once nothing came for 10 s
+        started = time.monotonic()
+        while len(received) < count and time.monotonic() - started < 90:
+            try:
+                opcode, payload = reader.next()
+            except socket.timeout:
+                break
+            if opcode == 0x8:
+                error = f"closed by the server ({payload[:2].hex()})"
+                break
+            if payload.startswith(b'{"type":"gap"'):
+                gaps += 1
+                if first_gap is None:
+                    first_gap = f"first gap after {len(received)} messages, {time.monotonic() - started:.2f} s: {payload.decode()}"
+            elif payload.startswith(b'{"type":"message"'):
+                match = pattern.search(payload)
+                if match:
+                    received.append(int(match.group(1)))
+        sock.close()
+    except Exception as failure:
+        error = f"{type(failure).__name__}: {failure}"
+    ready.set()
+    results.put((received, gaps, error + (f" ({first_gap})" if first_gap else "")))
+
+
+class FastClient:
     """Reads everything, as fast as it comes: must get every message of the run, with no gap."""
 
     def __init__(self, server: str, run: str, count: int, capacity: int) -> None:
-        super().__init__(daemon=True)
-        self.url = f"ws://{server}/feed?policy=newest&capacity={capacity}"
-        self.run_id, self.count = run, count
-        self.ready = threading.Event()
+        context = multiprocessing.get_context("spawn")
+        self.results = context.Queue()
+        self.ready = context.Event()
+        self.process = context.Process(target=fast_reader, args=(server, run, count, capacity, self.results, self.ready),
+                                       daemon=True)
         self.received: list[int] = []
         self.gaps = 0
         self.error = ""
-        self.stop = False
 
-    def run(self) -> None:
+    def start(self) -> None:
+        self.process.start()
+
+    def join(self, timeout: float) -> None:
         try:
-            with ws_connect(self.url, open_timeout=15, max_size=1 << 20) as ws:
-                while not self.stop and len(self.received) < self.count:
-                    try:
-                        message = json.loads(ws.recv(timeout=1))
-                    except TimeoutError:
-                        continue
-                    kind = message.get("type")
-                    if kind == "ready":
-                        self.ready.set()
-                    elif kind == "gap":
-                        self.gaps += 1
-                    elif kind == "message" and message["body"].startswith(self.run_id):
-                        self.received.append(int(message["body"].split()[1]))
-        except Exception as error:
-            self.error = f"{type(error).__name__}: {error}"
-            self.ready.set()
+            self.received, self.gaps, self.error = self.results.get(timeout=timeout)
+        except queue.Empty:
+            self.error = f"no result within {timeout:.0f} s"
+        self.process.join(5)
+        if self.process.is_alive():
+            self.process.kill()
 
 
 def publisher_loop(server: str, bodies: list[bytes], statuses: collections.Counter, lock: threading.Lock) -> None:
@@ -449,6 +494,20 @@ def publisher_loop(server: str, bodies: list[bytes], statuses: collections.Count
 
 def memory(args, checks: Checks) -> None:
     server = Server(args, "memory")
+    # First, alone on the server: a client that never reads, with a small capacity that old
+    # and new servers take. Its drops must reach /stats although its pump never gets to write.
+    dropper, _ = ws_handshake(server.address, "/feed?policy=newest&capacity=8", rcvbuf=4096)
+    deadline = time.monotonic() + 30
+    while server.stats()["subscribers"] < 1 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    run = uuid.uuid4().hex[:8]
+    for i in range(200):  # 400 KB: far more than its socket buffers and capacity hold
+        request(server.address, "POST", "/publish", f"{run} drop {i} {'d' * 2000}".encode())
+    deadline = time.monotonic() + 3  # the count is synced once a second
+    while (dropped := server.stats()["dropped"]) < 100 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    checks.check("/stats counts the drops of a client that never reads (newest, capacity 8)", dropped >= 100,
+                 f"/stats dropped is {dropped} after 200 messages of 2 KB (the client can hold about 30)")
     status, body = try_request(server.address, "GET", "/feed?policy=bounded&capacity=1000000")
     checks.check("a capacity of 1,000,000 is refused (400, the capacity ceiling)", status == 400,
                  f"{status} {one_line(body)[:80]!r}")
@@ -459,13 +518,9 @@ def memory(args, checks: Checks) -> None:
             query = f"policy={policy}" + ("" if policy == "unbounded" else f"&capacity={capacity}")
             sock, _ = ws_handshake(server.address, f"/feed?{query}", rcvbuf=4096)
             stalled.append(sock)  # never read again
-    # One more that never reads, with a small capacity that both old and new servers take:
-    # its drops must reach /stats although its pump never gets to write.
-    dropper, _ = ws_handshake(server.address, "/feed?policy=newest&capacity=8", rcvbuf=4096)
-    stalled.append(dropper)
     run = uuid.uuid4().hex[:8]
     count = args.messages
-    fast = [FastClient(server.address, run, count, 256 if not args.plain else 1024) for _ in range(2)]
+    fast = [FastClient(server.address, run, count, 250 if not args.plain else 1024) for _ in range(2)]
     for client in fast:
         client.start()
     for client in fast:
@@ -479,8 +534,9 @@ def memory(args, checks: Checks) -> None:
     bodies = [f"{run} {i:06d} {pad}"[:7999].encode() for i in range(count)]
     statuses: collections.Counter = collections.Counter()
     lock = threading.Lock()
-    publishers = [threading.Thread(target=publisher_loop, args=(server.address, bodies[k::8], statuses, lock), daemon=True)
-                  for k in range(8)]
+    n = args.publishers
+    publishers = [threading.Thread(target=publisher_loop, args=(server.address, bodies[k::n], statuses, lock), daemon=True)
+                  for k in range(n)]
     started = time.monotonic()
     for thread in publishers:
         thread.start()
@@ -489,12 +545,8 @@ def memory(args, checks: Checks) -> None:
         peak = max(peak, server.rss())
         time.sleep(0.2)
     published_in = time.monotonic() - started
-    deadline = time.monotonic() + 60
-    while any(len(c.received) < count and not c.error for c in fast) and time.monotonic() < deadline:
-        peak = max(peak, server.rss())
-        time.sleep(0.2)
-    for client in fast:
-        client.stop = True
+    for client in fast:  # each stops once it has every message, or after 90 s
+        client.join(100)
     peak = max(peak, server.rss())
     after = server.stats()
     growth = (peak - rss_before) / 1e6
@@ -505,9 +557,9 @@ def memory(args, checks: Checks) -> None:
     if args.tsan:
         checks.skip("RSS growth under 50 MB with 20 stalled clients", "ThreadSanitizer build")
     else:
-        checks.check("21 stalled clients (5 of each policy, and one more): server RSS grows by less than 50 MB", growth < 50,
+        checks.check("21 stalled clients (5 of each policy, and the one above): server RSS grows by less than 50 MB", growth < 50,
                      f"grew {growth:.0f} MB ({rss_before / 1e6:.0f} -> {peak / 1e6:.0f} MB) over {count} messages of 7,999 bytes")
-    # 8 publishers at once: the order is PostgreSQL's, the same for every client.
+    # Publishers at once: the order is PostgreSQL's, the same for every client.
     problems = [f"{len(c.received)} of {count} ({len(set(c.received))} distinct), {c.gaps} gaps{', ' + c.error if c.error else ''}"
                 for c in fast if sorted(c.received) != list(range(count)) or c.gaps]
     if not problems and fast[0].received != fast[1].received:
@@ -516,9 +568,7 @@ def memory(args, checks: Checks) -> None:
     evicted = after["evicted"] - before["evicted"]
     checks.check("the stalled bounded and unbounded clients are closed (over the byte budget)", evicted >= 10,
                  f"/stats evicted grew by {evicted}")
-    dropped = after["dropped"] - before["dropped"]
-    checks.check("/stats counts the drops of a client that never reads (newest, capacity 8)", dropped >= count // 2,
-                 f"/stats dropped grew by {dropped} over {count} messages")
+    dropper.close()
     for sock in stalled:
         sock.close()
     server.stop()
@@ -575,30 +625,40 @@ def wait_idle(server: Server, timeout: float = 60) -> dict:
 
 
 def leak(args, checks: Checks) -> None:
+    """A leak grows RSS in every round; the allocator's own growth (heap high-water mark,
+    fragmentation) stops after some tens of thousands of connections. Measured here in rounds
+    of 20,000 (bytes per connection): a2cb8d6 release 5271, 5239, 5127, 4180; this server
+    release 768, 792, 539, 0, and debug 752, 228, 53, 51. So: a warm-up round, then up to
+    three rounds, and the check passes on the first round under 500 bytes per connection."""
     server = Server(args, "leak")
-    # The allocator's own growth (arenas, fragmentation) settles over the first tens of
-    # thousands of connections (debug build: +750, then +230, +53, +51 bytes per connection
-    # in rounds of 20,000): measure after a warm-up of as many as are measured.
     asyncio.run(churn(server.address, args.cycles))
     wait_idle(server)
-    time.sleep(0.5)  # let the last closes finish on the event loops (RSS only; nothing waits on it)
-    rss_before = server.rss()
-    started = time.monotonic()
-    done, errors = asyncio.run(churn(server.address, args.cycles))
-    took = time.monotonic() - started
-    stats = wait_idle(server)
-    time.sleep(0.5)
-    rss_after = server.rss()
-    per = (rss_after - rss_before) / max(done, 1)
-    print(f"  ({done} connections in {took:.1f} s, {done / took:.0f}/s; RSS {rss_before / 1e6:.1f} -> {rss_after / 1e6:.1f} MB, "
-          f"{per:.0f} bytes per connection; subscribers {stats['subscribers']})")
-    checks.check(f"{args.cycles} WebSocket connections opened to ready and closed", done == args.cycles and stats["subscribers"] == 0,
-                 f"{done} completed, subscribers {stats['subscribers']}, errors {errors}")
+    rounds = []
+    failures: list[str] = []
+    per = float("inf")
+    for _ in range(1 if args.tsan else 3):
+        time.sleep(0.5)  # let the last closes finish on the event loops (RSS only; nothing waits on it)
+        rss_before = server.rss()
+        started = time.monotonic()
+        done, errors = asyncio.run(churn(server.address, args.cycles))
+        took = time.monotonic() - started
+        stats = wait_idle(server)
+        time.sleep(0.5)
+        rss_after = server.rss()
+        per = (rss_after - rss_before) / max(done, 1)
+        rounds.append(f"{per:.0f}")
+        print(f"  ({done} connections in {took:.1f} s, {done / took:.0f}/s; RSS {rss_before / 1e6:.1f} -> "
+              f"{rss_after / 1e6:.1f} MB, {per:.0f} bytes per connection; subscribers {stats['subscribers']})", flush=True)
+        if done != args.cycles or stats["subscribers"] != 0:
+            failures.append(f"{done} of {args.cycles} completed, subscribers {stats['subscribers']}, errors {errors}")
+        if per < 500 or failures:
+            break
+    checks.check(f"rounds of {args.cycles} WebSocket connections opened to ready and closed", not failures, "; ".join(failures))
     if args.tsan:
         checks.skip("RSS per connection", "ThreadSanitizer build")
     else:
-        checks.check("RSS grows by less than 500 bytes per connection", per < 500,
-                     f"{per:.0f} bytes per connection ({(rss_after - rss_before) / 1e6:.1f} MB over {done})")
+        checks.check("RSS grows by less than 500 bytes per connection (in a round of them, after a warm-up round)",
+                     per < 500, f"bytes per connection in each round: {', '.join(rounds)}")
     server.stop()
 
 
@@ -613,7 +673,7 @@ def shutdown(args, checks: Checks) -> None:
 
     def reader() -> None:
         try:
-            with ws_connect(f"ws://{server.address}/feed?policy=newest&capacity=256", open_timeout=15, max_size=1 << 20) as ws:
+            with ws_connect(f"ws://{server.address}/feed?policy=newest&capacity=250", open_timeout=15, max_size=1 << 20) as ws:
                 for text in ws:
                     message = json.loads(text)
                     if message.get("type") == "ready":
@@ -786,8 +846,9 @@ def main() -> int:
     parser.add_argument("--plain", action="store_true", help="start servers without the limit flags (an older build)")
     parser.add_argument("--tsan", action="store_true", help="a ThreadSanitizer build: RSS limits are not checked")
     parser.add_argument("--messages", type=int, default=4000, help="memory: messages of 7,999 bytes to publish")
+    parser.add_argument("--publishers", type=int, default=4, help="memory: concurrent publishers")
     parser.add_argument("--cycles", type=int, default=20000, help="leak: connections to open and close")
-    parser.add_argument("--max-capacity", type=int, default=258, help="memory: the server's capacity ceiling")
+    parser.add_argument("--max-capacity", type=int, default=253, help="memory: the server's capacity ceiling")
     parser.add_argument("--shutdown-limit", type=float, default=12, help="shutdown: seconds to exit after SIGTERM")
     parser.add_argument("--logs", default=None, help="directory for the servers' logs (default: a temporary one)")
     args = parser.parse_args()

@@ -37,10 +37,12 @@ public struct FeedMessage: Sendable {
 
     /// The largest ``bytes`` a message can have: a payload of
     /// ``PublishBody/maximumBytes`` whose every byte is escaped in two (`"`,
-    /// `\`, tab, LF, CR; other control characters are refused by
+    /// backslash, tab, LF, CR; other control characters are refused by
     /// `POST /publish`), inside the largest header (`seq` and `sent` of 20
-    /// characters each). The `capacity` ceiling is the budget divided by this.
-    public static let largestBytes = largestFrameBytes + overheadBytes
+    /// characters each), in the storage NIO allocates for it (a power of two:
+    /// 16,384 bytes). The `capacity` ceiling is the budget divided by this.
+    public static let largestBytes = largestFrameCapacity + overheadBytes
+    public static let largestFrameCapacity = 1 << (Int.bitWidth - (largestFrameBytes - 1).leadingZeroBitCount)
     public static let largestFrameBytes =
         #"{"type":"message","seq":,"sent":,"body":""}"#.utf8.count + 20 + 20 + 2 * PublishBody.maximumBytes
 
