@@ -1,6 +1,7 @@
 import AsyncBroadcast
 import HummingbirdWebSocket
 import Logging
+import NIOConcurrencyHelpers
 import NIOCore
 import NIOWebSocket
 import Synchronization
@@ -190,13 +191,15 @@ public struct FeedConnection<Hub: FeedHub>: Sendable {
         let evicts = !FaultInjection.neverEvict
         let period = checksBytes ? budgetCheckPeriod : .seconds(1)
         var fullSince: ContinuousClock.Instant?
-        var lastDropSync = clock.now
+        var lastSecond = clock.now
         while !Task.isCancelled {
             do { try await Task.sleep(for: period) } catch { return .ended }
             let now = clock.now
-            if now - lastDropSync >= .seconds(1) {
+            // Once a second: the drops, and the `.bounded` stall (as before the byte budget).
+            let secondTick = now - lastSecond >= .seconds(1)
+            if secondTick {
                 drops.sync(subscription.droppedCount)
-                lastDropSync = now
+                lastSecond = now
             }
             if evicts && checksBytes {
                 // Every message after the last one the pump took is held for
@@ -207,7 +210,7 @@ public struct FeedConnection<Hub: FeedHub>: Sendable {
                     return .evicted("too slow: \(held) bytes unread, over the \(limits.queueBytes)-byte budget")
                 }
             }
-            if evicts && query.policy == .bounded {
+            if evicts && query.policy == .bounded && secondTick {
                 // Held `capacity` or more without a break for `evictionDelay`.
                 if subscription.bufferedCount >= query.capacity {
                     let since = fullSince ?? now
@@ -229,17 +232,17 @@ public struct FeedConnection<Hub: FeedHub>: Sendable {
 /// subscription, `written` the last it wrote to the socket; `busy` while it
 /// holds one.
 public final class ConnectionProgress: Sendable {
-    let received: Atomic<Int>
-    let written: Atomic<Int>
-    let busy = Atomic<Bool>(false)
+    let received: Synchronization.Atomic<Int>
+    let written: Synchronization.Atomic<Int>
+    let busy = Synchronization.Atomic<Bool>(false)
 
     init(at total: Int) {
-        received = Atomic(total)
-        written = Atomic(total)
+        received = Synchronization.Atomic(total)
+        written = Synchronization.Atomic(total)
     }
 }
 
-extension Atomic where Value == Int {
+extension Synchronization.Atomic where Value == Int {
     /// Raises the value to `value` if it is lower (one writer here, so no lost updates matter).
     func max(_ value: Int) {
         if load(ordering: .relaxed) < value { store(value, ordering: .relaxed) }
@@ -249,7 +252,7 @@ extension Atomic where Value == Int {
 /// Adds a subscription's drops to `/stats` once each, from whichever task sees them first.
 final class DropCounter: Sendable {
     let stats: ServerStats
-    let reported = Atomic<Int>(0)
+    let reported = Synchronization.Atomic<Int>(0)
 
     init(stats: ServerStats) { self.stats = stats }
 
@@ -267,34 +270,38 @@ final class DropCounter: Sendable {
 }
 
 /// The connections of this process, for the drain at shutdown.
+///
+/// (Locks here are NIO's, on pthread mutexes: `Synchronization.Mutex` waits
+/// on a futex on Linux, which ThreadSanitizer does not see, so it reports
+/// every contended `withLock` as a race.)
 public final class LiveConnections: Sendable {
     struct Entry: Sendable {
         let progress: ConnectionProgress
         let buffered: @Sendable () -> Int
     }
-    private let entries = Mutex<[Int: Entry]>([:])
-    private let nextID = Atomic<Int>(0)
+    private let entries = NIOLockedValueBox<[Int: Entry]>([:])
+    private let nextID = Synchronization.Atomic<Int>(0)
 
     public init() {}
 
     func insert(_ progress: ConnectionProgress, buffered: @escaping @Sendable () -> Int) -> Int {
         let id = nextID.add(1, ordering: .relaxed).newValue
-        entries.withLock { $0[id] = Entry(progress: progress, buffered: buffered) }
+        entries.withLockedValue { $0[id] = Entry(progress: progress, buffered: buffered) }
         return id
     }
 
     func remove(_ id: Int) {
-        _ = entries.withLock { $0.removeValue(forKey: id) }
+        _ = entries.withLockedValue { $0.removeValue(forKey: id) }
     }
 
-    public var count: Int { entries.withLock { $0.count } }
+    public var count: Int { entries.withLockedValue { $0.count } }
 
     /// Connections that have not yet written every message up to `total`
     /// (the running byte total when the shutdown barrier came back), and still
     /// have something to write: a drained one (nothing buffered, nothing in
     /// hand) counts as done even if its policy dropped the last messages.
     public func behind(_ total: Int) -> Int {
-        let entries = entries.withLock { Array($0.values) }
+        let entries = entries.withLockedValue { Array($0.values) }
         return entries.count { entry in
             entry.progress.written.load(ordering: .relaxed) < total
                 && (entry.progress.busy.load(ordering: .relaxed) || entry.buffered() > 0)

@@ -1,6 +1,7 @@
 import AsyncBroadcast
 import Foundation
 import Logging
+import NIOConcurrencyHelpers
 import NIOCore
 import NIOPosix
 import PostgresNIO
@@ -126,8 +127,8 @@ public struct ListenLoop: Sendable {
 /// `seq`: per server process, never reused when the LISTEN connection changes;
 /// and the running total of the messages' bytes (``FeedMessage/end``).
 public final class Sequencer: Sendable {
-    private let last = Atomic<Int>(0)
-    private let bytes = Atomic<Int>(0)
+    private let last = Synchronization.Atomic<Int>(0)
+    private let bytes = Synchronization.Atomic<Int>(0)
     /// The shutdown barriers in flight (see ``Barriers``).
     public let barriers = Barriers()
     public init() {}
@@ -146,8 +147,8 @@ public final class Sequencer: Sendable {
 /// before SIGTERM is in the hub before the connections are closed.
 public final class Barriers: Sendable {
     public static let prefix = "\u{1}barrier "
-    private let waiting = Mutex<[String: BroadcastPromise<Void, Never>]>([:])
-    private let counter = Atomic<Int>(0)
+    private let waiting = NIOLockedValueBox<[String: BroadcastPromise<Void, Never>]>([:])
+    private let counter = Synchronization.Atomic<Int>(0)
 
     public init() {}
 
@@ -155,17 +156,17 @@ public final class Barriers: Sendable {
     public func make() -> (payload: String, arrived: BroadcastPromise<Void, Never>) {
         let payload = Self.prefix + "\(ProcessInfo.processInfo.processIdentifier) \(counter.add(1, ordering: .relaxed).newValue)"
         let promise = BroadcastPromise<Void, Never>()
-        waiting.withLock { $0[payload] = promise }
+        waiting.withLockedValue { $0[payload] = promise }
         return (payload, promise)
     }
 
     /// Called by the LISTEN loop for every barrier it sees (other processes' are ignored).
     func arrived(_ payload: String) {
-        waiting.withLock { $0.removeValue(forKey: payload) }?.succeed()
+        waiting.withLockedValue { $0.removeValue(forKey: payload) }?.succeed()
     }
 
     public func forget(_ payload: String) {
-        _ = waiting.withLock { $0.removeValue(forKey: payload) }
+        _ = waiting.withLockedValue { $0.removeValue(forKey: payload) }
     }
 }
 

@@ -2,6 +2,7 @@ import Hummingbird
 import HummingbirdCore
 import HummingbirdWebSocket
 import Logging
+import NIOConcurrencyHelpers
 import NIOCore
 import NIOHTTP1
 import Synchronization
@@ -24,7 +25,7 @@ struct HTTPLimits: Sendable {
 /// shutdown can close those that do not close themselves.
 final class ConnectionRegistry: Sendable {
     let maximum: Int
-    private let channels = Mutex<[ObjectIdentifier: Entry]>([:])
+    private let channels = NIOLockedValueBox<[ObjectIdentifier: Entry]>([:])
 
     struct Entry: Sendable {
         let channel: any Channel
@@ -46,12 +47,12 @@ final class ConnectionRegistry: Sendable {
     func open(_ channel: any Channel) -> (admission: Admission, ended: GuardEnded) {
         let key = ObjectIdentifier(channel)
         let ended = GuardEnded()
-        let count = channels.withLock { channels in
+        let count = channels.withLockedValue { channels in
             channels[key] = Entry(channel: channel, ended: ended)
             return channels.count
         }
         channel.closeFuture.whenComplete { [self] _ in
-            _ = channels.withLock { $0.removeValue(forKey: key) }
+            _ = channels.withLockedValue { $0.removeValue(forKey: key) }
         }
         let admission: Admission =
             count <= maximum ? .accepted : count <= maximum + Self.answeredOverflow ? .refused : .dropped
@@ -59,15 +60,15 @@ final class ConnectionRegistry: Sendable {
     }
 
     func ended(_ channel: any Channel) -> GuardEnded? {
-        channels.withLock { $0[ObjectIdentifier(channel)]?.ended }
+        channels.withLockedValue { $0[ObjectIdentifier(channel)]?.ended }
     }
 
-    var count: Int { channels.withLock { $0.count } }
+    var count: Int { channels.withLockedValue { $0.count } }
 
     /// Closes every connection still open; returns how many there were.
     @discardableResult
     func closeAll() -> Int {
-        let open = channels.withLock { $0.values.map(\.channel) }
+        let open = channels.withLockedValue { $0.values.map(\.channel) }
         for channel in open { channel.close(promise: nil) }
         return open.count
     }
@@ -80,7 +81,7 @@ final class ConnectionRegistry: Sendable {
 /// refused connection would let a client flood the log, so that one line is
 /// dropped for these connections (the guard logs them at debug).
 final class GuardEnded: Sendable {
-    let value = Atomic<Bool>(false)
+    let value = Synchronization.Atomic<Bool>(false)
 }
 
 struct DroppingGuardedUpgradeErrors: LogHandler {

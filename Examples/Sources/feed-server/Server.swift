@@ -3,6 +3,7 @@ import Hummingbird
 import HummingbirdCore
 import HummingbirdWebSocket
 import Logging
+import NIOConcurrencyHelpers
 import NIOCore
 import ServiceLifecycle
 import Synchronization
@@ -39,13 +40,13 @@ struct FeedRequestContext: RequestContext, WebSocketRequestContext {
         slot = WebSocketSlot()
     }
 
-    var webSocket: WebSocketHandlerReference<Self> { slot.reference.withLock { $0 } ?? .init() }
+    var webSocket: WebSocketHandlerReference<Self> { slot.reference.withLockedValue { $0 } ?? .init() }
 }
 
 final class WebSocketSlot: Sendable {
-    let reference = Mutex<WebSocketHandlerReference<FeedRequestContext>?>(.init())
+    let reference = NIOLockedValueBox<WebSocketHandlerReference<FeedRequestContext>?>(.init())
     /// Drops the box (and with it the cycle); called once the upgrade has happened.
-    func empty() { reference.withLock { $0 = nil } }
+    func empty() { reference.withLockedValue { $0 = nil } }
 }
 
 /// A client error with the reason as one line of plain text (400 unless said).
