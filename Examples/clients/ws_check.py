@@ -5,7 +5,7 @@
     Examples/.venv/bin/python Examples/clients/ws_check.py \\
         --servers 127.0.0.1:8080,127.0.0.1:8081 --clients 50 --messages 200 --rate 100 --slow 1 --timeout 60
 
-Connects --clients fast clients spread over the servers (policy newest, capacity 1024)
+Connects --clients fast clients spread over the servers (policy newest, capacity 250)
 and --slow slow clients (policy newest, capacity 8, reading 10 messages a second through
 a small receive buffer), waits for every client's `ready`, then publishes --messages
 messages with POST /publish, alternating between the servers, one after the other at
@@ -38,7 +38,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from checks import Checks
 
-FAST_CAPACITY = 1024
+FAST_CAPACITY = 250
 SLOW_CAPACITY = 8
 SLOW_READS_PER_SECOND = 10
 SLOW_RCVBUF = 4096
@@ -512,7 +512,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--servers", default="127.0.0.1:8080,127.0.0.1:8081",
                         help="comma-separated HOST:PORT of the feed servers")
-    parser.add_argument("--clients", type=int, default=50, help="fast clients (policy newest, capacity 1024)")
+    parser.add_argument("--clients", type=int, default=50, help="fast clients (policy newest, capacity 250)")
     parser.add_argument("--messages", type=int, default=200, help="messages to publish")
     parser.add_argument("--rate", type=float, default=100, help="publishes per second")
     parser.add_argument("--slow", type=int, default=1, help="slow clients (capacity 8, 10 reads a second)")

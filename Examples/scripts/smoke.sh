@@ -12,6 +12,10 @@
 #     slow clients;
 #   - ws_check.py (Python websockets): 50 clients and a slow one on both servers;
 #   - browser_check.py: the live page in headless Chromium (installed if missing);
+#   - hardening_check.py: a hostile client (issue 26) against servers it starts
+#     itself: concurrent first publishes, bad bodies, 21 clients that never read,
+#     40,000 connections opened and closed, SIGTERM with a client that ignores
+#     the close, timeouts and the connection cap, malformed HTTP, RFC 6455 errors;
 #   - three deliberate faults that must be caught: a server that skips `gap`
 #     frames and the actor-channel hub, where one slow client holds everyone
 #     back (feed-load), and a server that never evicts a stalled `.bounded`
@@ -22,6 +26,8 @@
 # limit. Prints `N passed, N failed` last (the sum over every check it ran)
 # and exits 1 if anything failed.
 set -uo pipefail
+# Every connection is a file: take the hard limit (feed-server also raises its own).
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$HERE"
@@ -37,6 +43,8 @@ failed=0
 started=$(date +%s)
 
 cleanup() {
+    # Servers hardening_check.py started, should it have been killed before stopping them.
+    for file in "$WORK"/hardening/*.pid; do [[ -f $file ]] && PIDS+=("$(cat "$file")"); done
     for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null; done
     for pid in "${PIDS[@]}"; do
         for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
@@ -154,6 +162,12 @@ else
     echo "FAIL chromium could not be installed"; failed=$((failed + 1))
 fi
 stop_server "$A"; stop_server "$B"
+
+step "hardening: a hostile client (issue 26), against servers the checker starts"
+HARDENING=(--binary "$SERVER" --postgres "$FEED_POSTGRES" --logs "$WORK/hardening")
+# ThreadSanitizer: RSS is not measured, so the volume that makes it meaningful is not needed.
+[[ $TSAN -eq 1 ]] && HARDENING+=(--tsan --messages 1000 --cycles 2000)
+run hardening 900 "$PY" clients/hardening_check.py "${HARDENING[@]}"
 
 # A checker is only as good as the faults it catches: each of these must make feed-load fail.
 step "deliberate fault: a server that never sends gap frames"

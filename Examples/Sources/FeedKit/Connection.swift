@@ -1,6 +1,7 @@
 import AsyncBroadcast
 import HummingbirdWebSocket
 import Logging
+import NIOConcurrencyHelpers
 import NIOCore
 import NIOWebSocket
 import Synchronization
@@ -8,73 +9,118 @@ import Synchronization
 /// One WebSocket connection of `/feed`, the same for every hub.
 ///
 /// Four tasks, and the first to end ends the connection:
-/// - the reader drains the inbound side, so a client's close is seen at once;
+/// - the reader takes the client's messages (it has no reason to send any)
+///   through hummingbird-websocket's message assembly, so a continuation
+///   without a start is closed with 1002 and invalid UTF-8 text with 1007,
+///   and a client's close is seen at once;
 /// - the pump waits for the LISTEN, writes `ready`, then each event, with a
 ///   `gap` (carrying the subscription's `droppedCount`) before it whenever
 ///   that count grew;
 /// - `online` frames, at most once a second, once `ready` is out;
-/// - for `.bounded`, the eviction watchdog (see ``evictionDelay``); when it
-///   fires, the others are cancelled and the connection is closed with 1013.
+/// - the watchdog: it counts drops into `/stats` as they happen (not only when
+///   the pump writes), closes a `bounded` or `unbounded` connection whose
+///   unread messages pass the byte budget (`FeedLimits.queueBytes`), and a
+///   `.bounded(n)` one that has held n or more unread for ``evictionDelay``;
+///   either is closed with 1013. `newest` and `oldest` need no byte check:
+///   their capacity is capped so that a full queue of the largest messages
+///   fits the budget.
 public struct FeedConnection<Hub: FeedHub>: Sendable {
     public let hub: Hub
     public let stats: ServerStats
+    public let sequence: Sequencer
+    public let limits: FeedLimits
+    public let live: LiveConnections
 
     /// A `.bounded(n)` client that has held n or more unread for this long is
     /// closed with 1013 (try again later). A listener's `send` never waits,
     /// so `.bounded` would otherwise grow without limit behind a stalled socket.
     public static var evictionDelay: Duration { .seconds(10) }
+    /// How often the byte budget of a `bounded` or `unbounded` connection is checked.
+    public static var budgetCheckPeriod: Duration { .milliseconds(250) }
     public static var closeCodeEvicted: WebSocketErrorCode { .unknown(1013) }
+    /// The largest message a client may send (it has no reason to send any): 1009 beyond.
+    public static var maximumInboundMessage: Int { 4096 }
 
-    public init(hub: Hub, stats: ServerStats) {
+    public init(hub: Hub, stats: ServerStats, sequence: Sequencer, limits: FeedLimits, live: LiveConnections) {
         self.hub = hub
         self.stats = stats
+        self.sequence = sequence
+        self.limits = limits
+        self.live = live
     }
 
-    public func serve(query: FeedQuery, inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter, logger: Logger) async {
+    enum End: Sendable {
+        case ended
+        case evicted(String)
+        case failed(any Error)
+    }
+
+    /// Serves the connection until it ends. Throws what the client did wrong
+    /// (a protocol error from the reader), so hummingbird-websocket closes
+    /// with its code (1002, 1007, 1009).
+    public func serve(query: FeedQuery, inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter, logger: Logger) async throws {
+        let progress = ConnectionProgress(at: sequence.totalBytes)
         let subscription = await hub.subscribe(query)
         stats.add(.subscribers)
         stats.add(.connectionsTotal)
+        let drops = DropCounter(stats: stats)
+        let entry = live.insert(progress) { subscription.bufferedCount }
         defer {
+            live.remove(entry)
+            drops.sync(subscription.droppedCount)
             subscription.cancel()
             stats.add(.subscribers, -1)
         }
         let hub = self.hub
         let stats = self.stats
+        let sequence = self.sequence
+        let limits = self.limits
         // `ready` is the connection's first frame: the other writers wait for it.
         let readySent = BroadcastPromise<Void, Never>()
-        let evict = await withTaskGroup(of: Bool.self) { group in
+        let end = await withTaskGroup(of: End.self) { group in
             group.addTask {
-                do { for try await _ in inbound {} } catch {}
-                return false
+                do {
+                    for try await _ in inbound.messages(maxSize: Self.maximumInboundMessage) {}
+                    return .ended
+                } catch {
+                    return .failed(error)
+                }
             }
             group.addTask {
-                await Self.pump(subscription, hub: hub, stats: stats, outbound: outbound, readySent: readySent)
-                return false
+                await Self.pump(subscription, hub: hub, stats: stats, drops: drops, progress: progress,
+                                outbound: outbound, readySent: readySent)
+                return .ended
             }
             group.addTask {
-                guard (try? await readySent.value) != nil else { return false }
+                guard (try? await readySent.value) != nil else { return .ended }
                 try? await hub.watchOnline { count in
                     try await outbound.write(.custom(.init(fin: true, opcode: .text, data: ControlFrame.online(count: count))))
                 }
-                return false
+                return .ended
             }
-            if query.policy == .bounded && !FaultInjection.neverEvict {
-                group.addTask { await Self.stalled(subscription, capacity: query.capacity) }
+            group.addTask {
+                await Self.watch(subscription, query: query, limits: limits, sequence: sequence,
+                                 progress: progress, drops: drops)
             }
-            let evict = await group.next() ?? false
+            let end = await group.next() ?? .ended
             // Cancelling the pump also cancels a write stuck on a full socket.
             group.cancelAll()
-            return evict
+            return end
         }
-        if evict {
+        switch end {
+        case .ended:
+            return
+        case .failed(let error):
+            throw error
+        case .evicted(let reason):
             stats.add(.evicted)
-            logger.info("evicting a bounded client: \(query.capacity) unread for \(Self.evictionDelay)")
+            logger.info("closing a slow client (\(query.policy), capacity \(query.capacity)): \(reason)")
             // The close frame queues behind what the socket already holds: a
             // client that reads again gets it. One that never does is not
             // waited for beyond 5 s; returning closes the channel.
             let closed = BroadcastPromise<Void, Never>()
             let closing = Task {
-                try? await outbound.close(Self.closeCodeEvicted, reason: "too slow: \(query.capacity) unread for 10 s")
+                try? await outbound.close(Self.closeCodeEvicted, reason: reason)
                 closed.succeed()
             }
             await withTaskGroup(of: Void.self) { group in
@@ -92,8 +138,8 @@ public struct FeedConnection<Hub: FeedHub>: Sendable {
     }
 
     static func pump(
-        _ subscription: Hub.Subscription, hub: Hub, stats: ServerStats, outbound: WebSocketOutboundWriter,
-        readySent: BroadcastPromise<Void, Never>
+        _ subscription: Hub.Subscription, hub: Hub, stats: ServerStats, drops: DropCounter,
+        progress: ConnectionProgress, outbound: WebSocketOutboundWriter, readySent: BroadcastPromise<Void, Never>
     ) async {
         do {
             // `ready` promises that nothing published from now on is missed:
@@ -105,6 +151,8 @@ public struct FeedConnection<Hub: FeedHub>: Sendable {
             var reported = 0
             var first = true
             for await event in subscription {
+                progress.busy.store(true, ordering: .relaxed)
+                if case .message(let message) = event { progress.received.max(message.end) }
                 let dropped = subscription.droppedCount
                 if dropped > reported {
                     // `dropped` is the subscription's count so far: a client
@@ -112,17 +160,19 @@ public struct FeedConnection<Hub: FeedHub>: Sendable {
                     if !FaultInjection.skipGapFrames {
                         try await write(ControlFrame.gap(dropped: dropped), to: outbound)
                     }
-                    stats.add(.dropped, dropped - reported)
+                    drops.sync(dropped)
                     reported = dropped
                 }
                 switch event {
                 case .message(let message):
                     try await write(message.frame, to: outbound)
+                    progress.written.max(message.end)
                     stats.add(.delivered)
                 case .resync:
                     // A replayed resync tells a new client nothing.
                     if !first { try await write(ControlFrame.resync, to: outbound) }
                 }
+                progress.busy.store(false, ordering: .relaxed)
                 first = false
             }
         } catch {
@@ -130,21 +180,131 @@ public struct FeedConnection<Hub: FeedHub>: Sendable {
         }
     }
 
-    /// True once the subscription has held `capacity` or more unread for
-    /// `evictionDelay` without a break; checked once a second.
-    static func stalled(_ subscription: Hub.Subscription, capacity: Int) async -> Bool {
+    /// Returns `.evicted` when the connection must be closed; runs until cancelled otherwise.
+    static func watch(
+        _ subscription: Hub.Subscription, query: FeedQuery, limits: FeedLimits, sequence: Sequencer,
+        progress: ConnectionProgress, drops: DropCounter
+    ) async -> End {
         let clock = ContinuousClock()
+        // Only these two can outgrow the budget: the others' capacity is capped.
+        let checksBytes = query.policy == .bounded || query.policy == .unbounded
+        let evicts = !FaultInjection.neverEvict
+        let period = checksBytes ? budgetCheckPeriod : .seconds(1)
         var fullSince: ContinuousClock.Instant?
+        var lastSecond = clock.now
         while !Task.isCancelled {
-            if subscription.bufferedCount >= capacity {
-                let since = fullSince ?? clock.now
-                fullSince = since
-                if clock.now - since >= evictionDelay { return true }
-            } else {
-                fullSince = nil
+            do { try await Task.sleep(for: period) } catch { return .ended }
+            let now = clock.now
+            // Once a second: the drops, and the `.bounded` stall (as before the byte budget).
+            let secondTick = now - lastSecond >= .seconds(1)
+            if secondTick {
+                drops.sync(subscription.droppedCount)
+                lastSecond = now
             }
-            do { try await Task.sleep(for: .seconds(1)) } catch { return false }
+            if evicts && checksBytes {
+                // Every message after the last one the pump took is held for
+                // this connection (these policies never drop): exact, and no
+                // single reading of `bufferedCount` is trusted.
+                let held = sequence.totalBytes - progress.received.load(ordering: .relaxed)
+                if held > limits.queueBytes {
+                    return .evicted("too slow: \(held) bytes unread, over the \(limits.queueBytes)-byte budget")
+                }
+            }
+            if evicts && query.policy == .bounded && secondTick {
+                // Held `capacity` or more without a break for `evictionDelay`.
+                if subscription.bufferedCount >= query.capacity {
+                    let since = fullSince ?? now
+                    fullSince = since
+                    if now - since >= evictionDelay {
+                        return .evicted("too slow: \(query.capacity) unread for 10 s")
+                    }
+                } else {
+                    fullSince = nil
+                }
+            }
         }
-        return false
+        return .ended
+    }
+}
+
+/// How far one connection's pump has got, in the feed's running byte total
+/// (``FeedMessage/end``): `received` is the last message it took from the
+/// subscription, `written` the last it wrote to the socket; `busy` while it
+/// holds one.
+public final class ConnectionProgress: Sendable {
+    let received: Synchronization.Atomic<Int>
+    let written: Synchronization.Atomic<Int>
+    let busy = Synchronization.Atomic<Bool>(false)
+
+    init(at total: Int) {
+        received = Synchronization.Atomic(total)
+        written = Synchronization.Atomic(total)
+    }
+}
+
+extension Synchronization.Atomic where Value == Int {
+    /// Raises the value to `value` if it is lower (one writer here, so no lost updates matter).
+    func max(_ value: Int) {
+        if load(ordering: .relaxed) < value { store(value, ordering: .relaxed) }
+    }
+}
+
+/// Adds a subscription's drops to `/stats` once each, from whichever task sees them first.
+final class DropCounter: Sendable {
+    let stats: ServerStats
+    let reported = Synchronization.Atomic<Int>(0)
+
+    init(stats: ServerStats) { self.stats = stats }
+
+    func sync(_ dropped: Int) {
+        var old = reported.load(ordering: .relaxed)
+        while dropped > old {
+            let (exchanged, original) = reported.compareExchange(expected: old, desired: dropped, ordering: .relaxed)
+            if exchanged {
+                stats.add(.dropped, dropped - old)
+                return
+            }
+            old = original
+        }
+    }
+}
+
+/// The connections of this process, for the drain at shutdown.
+///
+/// (Locks here are NIO's, on pthread mutexes: `Synchronization.Mutex` waits
+/// on a futex on Linux, which ThreadSanitizer does not see, so it reports
+/// every contended `withLock` as a race.)
+public final class LiveConnections: Sendable {
+    struct Entry: Sendable {
+        let progress: ConnectionProgress
+        let buffered: @Sendable () -> Int
+    }
+    private let entries = NIOLockedValueBox<[Int: Entry]>([:])
+    private let nextID = Synchronization.Atomic<Int>(0)
+
+    public init() {}
+
+    func insert(_ progress: ConnectionProgress, buffered: @escaping @Sendable () -> Int) -> Int {
+        let id = nextID.add(1, ordering: .relaxed).newValue
+        entries.withLockedValue { $0[id] = Entry(progress: progress, buffered: buffered) }
+        return id
+    }
+
+    func remove(_ id: Int) {
+        _ = entries.withLockedValue { $0.removeValue(forKey: id) }
+    }
+
+    public var count: Int { entries.withLockedValue { $0.count } }
+
+    /// Connections that have not yet written every message up to `total`
+    /// (the running byte total when the shutdown barrier came back), and still
+    /// have something to write: a drained one (nothing buffered, nothing in
+    /// hand) counts as done even if its policy dropped the last messages.
+    public func behind(_ total: Int) -> Int {
+        let entries = entries.withLockedValue { Array($0.values) }
+        return entries.count { entry in
+            entry.progress.written.load(ordering: .relaxed) < total
+                && (entry.progress.busy.load(ordering: .relaxed) || entry.buffered() > 0)
+        }
     }
 }

@@ -19,14 +19,36 @@ public struct FeedMessage: Sendable {
     /// Epoch milliseconds: the publisher's `sent` if the payload carries one,
     /// else when this process received the notification.
     public let sent: Int64
-    public let body: String
-    /// `{"type":"message","seq":S,"sent":T,"body":"..."}`, encoded once.
+    /// `{"type":"message","seq":S,"sent":T,"body":"..."}`, encoded once. The
+    /// payload is kept only here (no second copy as a `String`): what a
+    /// connection's backlog costs is this buffer.
     public let frame: ByteBuffer
+    /// This process's running total of ``bytes`` up to and including this
+    /// message (``Sequencer/advance(by:)``). A connection that has taken the
+    /// message with `end` E while the total is T holds at most T - E bytes:
+    /// that is how the per-connection budget is measured without trusting a
+    /// single reading of `bufferedCount`.
+    public var end: Int = 0
+
+    /// What holding this message costs: the frame's storage and a fixed
+    /// allowance for the storage object, the event and its buffer slot.
+    public var bytes: Int { frame.capacity + Self.overheadBytes }
+    public static let overheadBytes = 160
+
+    /// The largest ``bytes`` a message can have: a payload of
+    /// ``PublishBody/maximumBytes`` whose every byte is escaped in two (`"`,
+    /// backslash, tab, LF, CR; other control characters are refused by
+    /// `POST /publish`), inside the largest header (`seq` and `sent` of 20
+    /// characters each), in the storage NIO allocates for it (a power of two:
+    /// 16,384 bytes). The `capacity` ceiling is the budget divided by this.
+    public static let largestBytes = largestFrameCapacity + overheadBytes
+    public static let largestFrameCapacity = 1 << (Int.bitWidth - (largestFrameBytes - 1).leadingZeroBitCount)
+    public static let largestFrameBytes =
+        #"{"type":"message","seq":,"sent":,"body":""}"#.utf8.count + 20 + 20 + 2 * PublishBody.maximumBytes
 
     public init(seq: Int, payload: String, receivedAt now: Int64 = epochMilliseconds()) {
         self.seq = seq
         self.sent = Self.publisherTimestamp(in: payload) ?? now
-        self.body = payload
         self.frame = ByteBuffer(string: #"{"type":"message","seq":\#(seq),"sent":\#(sent),"body":\#(jsonString(payload))}"#)
     }
 

@@ -8,8 +8,6 @@ public struct FeedQuery: Sendable, Equatable {
     public var policy: Policy = .newest
     public var capacity: Int = 64
 
-    public static let maximumCapacity = 1_000_000
-
     public init(policy: Policy = .newest, capacity: Int = 64) {
         self.policy = policy
         self.capacity = capacity
@@ -18,7 +16,8 @@ public struct FeedQuery: Sendable, Equatable {
     /// Parses the query parameters. Every input the library would reject by
     /// trapping (`.bounded(0)`, a negative capacity) is refused here, with a
     /// one-line reason, before any subscription exists.
-    public init(parameters: [(name: String, value: String)]) throws(BadFeedQuery) {
+    /// `maximumCapacity` is the server's ceiling (``FeedLimits/maximumCapacity``).
+    public init(parameters: [(name: String, value: String)], maximumCapacity: Int = FeedLimits().maximumCapacity) throws(BadFeedQuery) {
         for (name, value) in parameters {
             switch name {
             case "policy":
@@ -31,8 +30,8 @@ public struct FeedQuery: Sendable, Equatable {
                     throw BadFeedQuery("capacity '\(value)' is not an integer")
                 }
                 guard capacity >= 0 else { throw BadFeedQuery("capacity \(capacity) is negative") }
-                guard capacity <= Self.maximumCapacity else {
-                    throw BadFeedQuery("capacity \(capacity) is above \(Self.maximumCapacity)")
+                guard capacity <= maximumCapacity else {
+                    throw BadFeedQuery("capacity \(capacity) is above \(maximumCapacity), this server's ceiling (--max-capacity)")
                 }
                 self.capacity = capacity
             default:
@@ -59,4 +58,26 @@ public struct BadFeedQuery: Error, Sendable, Equatable, CustomStringConvertible 
     public let reason: String
     public init(_ reason: String) { self.reason = reason }
     public var description: String { reason }
+}
+
+/// The per-connection limits of `/feed` (flags of `feed-server`).
+public struct FeedLimits: Sendable {
+    /// Bytes of messages one connection may hold unread before it is closed
+    /// with 1013 (`--queue-bytes`, default 4 MiB: Centrifugo closes at 1 MB,
+    /// Redis' pub/sub output buffer at 32 MB, or 8 MB for 60 s).
+    public var queueBytes: Int
+    /// The largest `capacity` a client may ask for (`--max-capacity`): at most
+    /// `queueBytes / FeedMessage.largestBytes`, so that a `newest` or `oldest`
+    /// queue full of the largest messages stays within the budget.
+    public var maximumCapacity: Int
+
+    public static let defaultQueueBytes = 4 << 20
+
+    public init(queueBytes: Int = Self.defaultQueueBytes, maximumCapacity: Int? = nil) {
+        self.queueBytes = queueBytes
+        self.maximumCapacity = maximumCapacity ?? Self.ceiling(queueBytes: queueBytes)
+    }
+
+    /// `queueBytes / FeedMessage.largestBytes`: the most a queue of that many bytes can hold.
+    public static func ceiling(queueBytes: Int) -> Int { queueBytes / FeedMessage.largestBytes }
 }

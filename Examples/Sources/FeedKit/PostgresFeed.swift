@@ -1,5 +1,7 @@
 import AsyncBroadcast
+import Foundation
 import Logging
+import NIOConcurrencyHelpers
 import NIOCore
 import NIOPosix
 import PostgresNIO
@@ -98,7 +100,14 @@ public struct ListenLoop: Sendable {
                         await deliver(.resync)
                     }
                     for try await notification in notifications {
-                        await deliver(.message(FeedMessage(seq: sequence.next(), payload: notification.payload)))
+                        if notification.payload.hasPrefix(Barriers.prefix) {
+                            // A shutdown barrier (this process's or another's): not a message.
+                            sequence.barriers.arrived(notification.payload)
+                            continue
+                        }
+                        var message = FeedMessage(seq: sequence.next(), payload: notification.payload)
+                        message.end = sequence.advance(by: message.bytes)
+                        await deliver(.message(message))
                     }
                 }
             } catch {
@@ -115,54 +124,203 @@ public struct ListenLoop: Sendable {
     }
 }
 
-/// `seq`: per server process, never reused when the LISTEN connection changes.
+/// `seq`: per server process, never reused when the LISTEN connection changes;
+/// and the running total of the messages' bytes (``FeedMessage/end``).
 public final class Sequencer: Sendable {
-    private let last = Atomic<Int>(0)
+    private let last = Synchronization.Atomic<Int>(0)
+    private let bytes = Synchronization.Atomic<Int>(0)
+    /// The shutdown barriers in flight (see ``Barriers``).
+    public let barriers = Barriers()
     public init() {}
     public func next() -> Int { last.add(1, ordering: .relaxed).newValue }
+    /// Adds a message's bytes to the running total and returns the new total (the message's `end`).
+    public func advance(by n: Int) -> Int { bytes.add(n, ordering: .relaxed).newValue }
+    /// The running total of bytes so far.
+    public var totalBytes: Int { bytes.load(ordering: .relaxed) }
 }
 
-/// `POST /publish`: one connection of its own, used one request at a time,
-/// so the order in which publishes return is the order PostgreSQL ran them.
+/// A barrier on the feed: a NOTIFY with a payload no client can publish
+/// (it starts with U+0001, which `POST /publish` refuses). PostgreSQL delivers
+/// a listener its notifications in commit order, so once the LISTEN loop has
+/// seen a barrier sent after some publish returned, it has delivered that
+/// publish's message too. Shutdown uses it: every message answered 200
+/// before SIGTERM is in the hub before the connections are closed.
+public final class Barriers: Sendable {
+    public static let prefix = "\u{1}barrier "
+    private let waiting = NIOLockedValueBox<[String: BroadcastPromise<Void, Never>]>([:])
+    private let counter = Synchronization.Atomic<Int>(0)
+
+    public init() {}
+
+    /// A new barrier's payload, registered as awaited.
+    public func make() -> (payload: String, arrived: BroadcastPromise<Void, Never>) {
+        let payload = Self.prefix + "\(ProcessInfo.processInfo.processIdentifier) \(counter.add(1, ordering: .relaxed).newValue)"
+        let promise = BroadcastPromise<Void, Never>()
+        waiting.withLockedValue { $0[payload] = promise }
+        return (payload, promise)
+    }
+
+    /// Called by the LISTEN loop for every barrier it sees (other processes' are ignored).
+    func arrived(_ payload: String) {
+        waiting.withLockedValue { $0.removeValue(forKey: payload) }?.succeed()
+    }
+
+    public func forget(_ payload: String) {
+        _ = waiting.withLockedValue { $0.removeValue(forKey: payload) }
+    }
+}
+
+/// `POST /publish`: a bounded pool of connections (`application_name`
+/// `feed-server-publish`), at most `size` of them open or opening at once.
+///
+/// Every pool decision is made on the actor before any `await`, so
+/// re-entrancy cannot open more than `size` connections: a publish that finds
+/// no idle connection and no free slot waits for one (a connection handed
+/// over, or a slot freed), up to `waitLimit`. A connect that fails fails the
+/// publishes waiting behind it too (they would have dialled the same dead
+/// database). A statement that PostgreSQL refuses leaves its connection in
+/// the pool; a connection that broke is closed, and only that one.
 public actor Publisher {
     private let target: PostgresTarget
     private let logger: Logger
-    private var connection: PostgresConnection?
+    public nonisolated let size: Int
+    private let waitLimit: Duration
+    private var idle: [PostgresConnection] = []
+    /// Connections open or being opened: never more than `size`.
+    private var open = 0
+    private var waiters: [(id: Int, continuation: CheckedContinuation<Lease, Never>)] = []
+    private var nextWaiter = 0
     private var connectionID = 0
+    private var closing = false
 
-    public init(target: PostgresTarget, logger: Logger) {
+    enum Lease {
+        case connection(PostgresConnection)
+        /// A slot is free: dial.
+        case dial
+        case failed(String)
+        case timedOut
+    }
+
+    public init(target: PostgresTarget, size: Int = 4, waitLimit: Duration = .seconds(5), logger: Logger) {
         self.target = target
+        self.size = max(1, size)
+        self.waitLimit = waitLimit
         self.logger = logger
     }
 
-    public enum Failure: Error { case unavailable(String) }
+    public enum Failure: Error {
+        /// The database is unreachable, or no connection came free in time: 503.
+        case unavailable(String)
+        /// PostgreSQL refused the statement (the connection is fine): the payload's fault.
+        case rejected(String)
+    }
 
-    /// Returns once `pg_notify` has run; throws `.unavailable` in an outage.
+    /// Returns once `pg_notify` has run.
     public func publish(_ payload: String) async throws(Failure) {
+        let connection = try await acquire()
         do {
-            let connection = try await connected()
             try await connection.query("SELECT pg_notify(\(ListenLoop.channel), \(payload))", logger: logger)
+            release(connection, healthy: true)
+        } catch let error as PSQLError where error.code == .server {
+            // The server answered with an error: the connection itself is fine.
+            release(connection, healthy: true)
+            throw .rejected(error.serverInfo?[.message] ?? "refused by PostgreSQL")
         } catch {
-            // Drop the connection: the next publish dials again.
-            try? await self.connection?.close()
-            self.connection = nil
+            release(connection, healthy: false)
             throw .unavailable(String(describing: error))
         }
     }
 
-    /// Closes the connection; PostgresNIO requires it before release.
+    /// Closes every connection (after the server stopped); publishes fail from now on.
     public func shutdown() async {
-        try? await connection?.close()
-        connection = nil
+        closing = true
+        for waiter in waiters { waiter.continuation.resume(returning: .failed("shutting down")) }
+        waiters.removeAll()
+        let idle = self.idle
+        self.idle.removeAll()
+        open -= idle.count
+        for connection in idle { try? await connection.close() }
     }
 
-    private func connected() async throws -> PostgresConnection {
-        if let connection, !connection.isClosed { return connection }
-        connectionID += 1
-        let opened = try await PostgresConnection.connect(
-            configuration: target.configuration(applicationName: "feed-server-publish"),
-            id: connectionID, logger: logger)
-        connection = opened
-        return opened
+    private func acquire() async throws(Failure) -> PostgresConnection {
+        while true {
+            if closing { throw .unavailable("shutting down") }
+            if let connection = idle.popLast() {
+                if connection.isClosed { discard(connection); continue }
+                return connection
+            }
+            if open < size {
+                open += 1  // taken before the await: a re-entrant publish sees it
+                connectionID += 1
+                let id = connectionID
+                do {
+                    let connection = try await PostgresConnection.connect(
+                        configuration: target.configuration(applicationName: "feed-server-publish"),
+                        id: id, logger: logger)
+                    if closing {
+                        open -= 1
+                        try? await connection.close()
+                        throw Failure.unavailable("shutting down")
+                    }
+                    return connection
+                } catch let failure as Failure {
+                    throw failure
+                } catch {
+                    open -= 1
+                    let reason = String(describing: error)
+                    // Those waiting would dial the same dead database: they fail with this one.
+                    let waiting = waiters
+                    waiters.removeAll()
+                    for waiter in waiting { waiter.continuation.resume(returning: .failed(reason)) }
+                    throw .unavailable(reason)
+                }
+            }
+            switch await wait() {
+            case .connection(let connection): return connection
+            case .dial: continue
+            case .failed(let reason): throw .unavailable(reason)
+            case .timedOut: throw .unavailable("no database connection came free within \(waitLimit)")
+            }
+        }
+    }
+
+    private func wait() async -> Lease {
+        nextWaiter += 1
+        let id = nextWaiter
+        let limit = waitLimit
+        let timer = Task { [weak self] in
+            guard (try? await Task.sleep(for: limit)) != nil else { return }
+            await self?.expire(id)
+        }
+        defer { timer.cancel() }
+        return await withCheckedContinuation { continuation in
+            waiters.append((id, continuation))
+        }
+    }
+
+    private func expire(_ id: Int) {
+        guard let index = waiters.firstIndex(where: { $0.id == id }) else { return }
+        waiters.remove(at: index).continuation.resume(returning: .timedOut)
+    }
+
+    private func release(_ connection: PostgresConnection, healthy: Bool) {
+        guard healthy, !connection.isClosed, !closing else {
+            discard(connection)
+            return
+        }
+        if !waiters.isEmpty {
+            waiters.removeFirst().continuation.resume(returning: .connection(connection))
+        } else {
+            idle.append(connection)
+        }
+    }
+
+    /// Closes one connection (only this one) and frees its slot for a waiter to dial.
+    private func discard(_ connection: PostgresConnection) {
+        open -= 1
+        Task { try? await connection.close() }  // holds it until closed, as PostgresNIO requires
+        if !waiters.isEmpty {
+            waiters.removeFirst().continuation.resume(returning: .dial)
+        }
     }
 }

@@ -25,13 +25,15 @@ public final class ServerStats: Sendable {
     }
 
     /// The JSON body of `GET /stats`.
-    public func json(hub: String, listening: Bool) -> String {
+    /// `connections`: TCP connections open now (HTTP and WebSocket), when the server counts them.
+    public func json(hub: String, listening: Bool, connections: Int? = nil) -> String {
         let (rss, cpu) = Self.processUsage()
         return """
         {"hub":"\(hub)","listening":\(listening),"subscribers":\(subscribers.load(ordering: .relaxed)),\
         "connectionsTotal":\(connectionsTotal.load(ordering: .relaxed)),\
         "delivered":\(delivered.load(ordering: .relaxed)),"dropped":\(dropped.load(ordering: .relaxed)),\
-        "evicted":\(evicted.load(ordering: .relaxed)),"rssBytes":\(rss),"cpuSeconds":\(cpu)}
+        "evicted":\(evicted.load(ordering: .relaxed)),\(connections.map { "\"connections\":\($0)," } ?? "")\
+        "rssBytes":\(rss),"cpuSeconds":\(cpu)}
         """
     }
 

@@ -32,7 +32,7 @@ struct FeedLoad: AsyncParsableCommand {
     var hub: String = "broadcast"
 
     @Option(help: "The fast clients' policy capacity (newest).")
-    var fastCapacity: Int = 1024
+    var fastCapacity: Int = 250
 
     @Option(help: "The slow clients' query.")
     var slowQuery: String = "policy=newest&capacity=64"

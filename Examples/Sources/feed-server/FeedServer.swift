@@ -1,5 +1,6 @@
 import ArgumentParser
 import FeedKit
+import Foundation
 import Hummingbird
 import HummingbirdWebSocket
 import Logging
@@ -36,6 +37,22 @@ struct FeedServer: AsyncParsableCommand {
     @Option(help: "Log level: trace, debug, info, notice, warning, error, critical.")
     var logLevel: String = "info"
 
+    // Limits: what a client sees when it hits each is in Examples/README.md, "Limits and hardening".
+    @Option(help: "Bytes of messages one WebSocket connection may hold unread; over it, it is closed with 1013.")
+    var queueBytes: Int = FeedLimits.defaultQueueBytes
+    @Option(help: "The largest capacity a client may ask for (400 above it). Default and maximum: queue-bytes / the largest message's bytes.")
+    var maxCapacity: Int?
+    @Option(help: "Open connections (HTTP and WebSocket) this process takes; more are answered 503. Default: 10000, or the open-file limit less 128 if lower.")
+    var maxConnections: Int?
+    @Option(help: "Seconds from a connection's start (or its previous response) to a complete request head: 408, or a silent close when idle.")
+    var headerTimeout: Double = 10
+    @Option(help: "Seconds from a request's head to the end of its body: 408.")
+    var bodyTimeout: Double = 10
+    @Option(help: "Database connections for POST /publish (a bounded pool).")
+    var publishConnections: Int = 4
+    @Option(help: "Seconds from SIGTERM to exit, whatever the clients do.")
+    var shutdownTimeout: Double = 10
+
     func run() async throws {
         var logger = Logger(label: "feed-server")
         logger.logLevel = Logger.Level(rawValue: logLevel) ?? .info
@@ -44,15 +61,52 @@ struct FeedServer: AsyncParsableCommand {
         if !FaultInjection.fault.isEmpty {
             logger.warning("FEED_SERVER_FAULT=\(FaultInjection.fault): a deliberate fault is on; this server is wrong on purpose")
         }
+        let ceiling = FeedLimits.ceiling(queueBytes: queueBytes)
+        guard ceiling >= 1 else {
+            throw ValidationError("--queue-bytes \(queueBytes) cannot hold one message of the largest size (\(FeedMessage.largestBytes) bytes)")
+        }
+        if let maxCapacity, !(1...ceiling).contains(maxCapacity) {
+            throw ValidationError("--max-capacity must be 1...\(ceiling): --queue-bytes \(queueBytes) / \(FeedMessage.largestBytes) bytes, the largest message")
+        }
+        for (name, value) in [("--header-timeout", headerTimeout), ("--body-timeout", bodyTimeout), ("--shutdown-timeout", shutdownTimeout)]
+        where !(value > 0 && value <= 3600) {
+            throw ValidationError("\(name) must be above 0 and at most 3600 seconds")
+        }
+        guard publishConnections >= 1 else { throw ValidationError("--publish-connections must be at least 1") }
+        let files = Self.raiseFileLimit()
+        let connectionLimit = maxConnections ?? min(10_000, max(64, files - 128))
+        guard connectionLimit >= 1 else { throw ValidationError("--max-connections must be at least 1") }
+        if connectionLimit > files - 64 {
+            logger.warning("--max-connections \(connectionLimit) is close to the open-file limit \(files): accept may hit it (NIO then backs off)")
+        }
+        logger.info("limits: \(connectionLimit) connections (open files \(files)), queue \(queueBytes) bytes, capacity ≤ \(maxCapacity ?? ceiling)")
         let sequence = Sequencer()
-        let settings = ServerSettings(host: host, port: port, sendBufferBytes: sendBufferBytes, target: target, logger: logger)
+        let settings = ServerSettings(
+            host: host, port: port, sendBufferBytes: sendBufferBytes, target: target, logger: logger,
+            feed: FeedLimits(queueBytes: queueBytes, maximumCapacity: maxCapacity),
+            http: HTTPLimits(headerTimeout: .nanoseconds(Int64(headerTimeout * 1e9)), bodyTimeout: .nanoseconds(Int64(bodyTimeout * 1e9))),
+            maxConnections: connectionLimit, publishConnections: publishConnections,
+            shutdownTimeout: .nanoseconds(Int64(shutdownTimeout * 1e9)))
         switch hub {
         case .broadcast:
-            try await serve(hub: BroadcastHub(target: target, sequence: sequence, logger: logger), settings)
+            try await serve(hub: BroadcastHub(target: target, sequence: sequence, logger: logger), sequence: sequence, settings)
         case .lockStream:
-            try await serve(hub: LockStreamHub(target: target, sequence: sequence, logger: logger), settings)
+            try await serve(hub: LockStreamHub(target: target, sequence: sequence, logger: logger), sequence: sequence, settings)
         case .actorChannel:
-            try await serve(hub: ActorChannelHub(target: target, sequence: sequence, logger: logger), settings)
+            try await serve(hub: ActorChannelHub(target: target, sequence: sequence, logger: logger), sequence: sequence, settings)
         }
+    }
+
+    /// Raises the soft open-file limit to the hard one (as Go's runtime does)
+    /// and returns it: every connection is a file.
+    static func raiseFileLimit() -> Int {
+        var limit = rlimit()
+        guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0 else { return 1024 }
+        if limit.rlim_cur < limit.rlim_max {
+            var raised = limit
+            raised.rlim_cur = limit.rlim_max
+            if setrlimit(Int32(RLIMIT_NOFILE.rawValue), &raised) == 0 { limit = raised }
+        }
+        return Int(clamping: limit.rlim_cur)
     }
 }

@@ -1,8 +1,12 @@
 import FeedKit
 import Hummingbird
+import HummingbirdCore
 import HummingbirdWebSocket
 import Logging
+import NIOConcurrencyHelpers
 import NIOCore
+import ServiceLifecycle
+import Synchronization
 
 struct ServerSettings: Sendable {
     var host: String
@@ -10,65 +14,113 @@ struct ServerSettings: Sendable {
     var sendBufferBytes: Int
     var target: PostgresTarget
     var logger: Logger
+    var feed: FeedLimits
+    var http: HTTPLimits
+    var maxConnections: Int
+    var publishConnections: Int
+    var shutdownTimeout: Duration
 }
 
-/// A request context that keeps the connection's channel, so the WebSocket
-/// handler can set the socket's send buffer.
+/// The request context. Hummingbird's `WebSocketHandlerReference` is a box
+/// that its router fills with the request context itself
+/// (hummingbird-websocket 2.8.1, `WebSocketRouter.swift`, `ws(_:shouldUpgrade:onUpgrade:)`:
+/// `context.webSocket.handler.withLockedValue { $0 = .init(context: context, handler: handler) }`),
+/// and nothing ever empties it: box → context → box is a cycle, and every
+/// upgraded connection leaked its context and everything it held (with the
+/// channel this context used to keep, 4-6 KB each). Here the context holds
+/// the box through a slot that the WebSocket handler empties as it starts,
+/// which breaks the cycle; the context no longer keeps the channel either
+/// (the socket options are set at accept, in ``GuardedChannel``).
 struct FeedRequestContext: RequestContext, WebSocketRequestContext {
     var coreContext: CoreRequestContextStorage
-    let webSocket: WebSocketHandlerReference<Self>
-    let channel: any Channel
+    let slot: WebSocketSlot
 
     init(source: ApplicationRequestContextSource) {
         coreContext = .init(source: source)
-        webSocket = .init()
-        channel = source.channel
+        slot = WebSocketSlot()
     }
+
+    var webSocket: WebSocketHandlerReference<Self> { slot.reference.withLockedValue { $0 } ?? .init() }
 }
 
-/// `400 Bad Request` with the reason as one line of plain text.
+final class WebSocketSlot: Sendable {
+    let reference = NIOLockedValueBox<WebSocketHandlerReference<FeedRequestContext>?>(.init())
+    /// Drops the box (and with it the cycle); called once the upgrade has happened.
+    func empty() { reference.withLockedValue { $0 = nil } }
+}
+
+/// A client error with the reason as one line of plain text (400 unless said).
 struct BadRequest: HTTPResponseError {
     let reason: String
-    var status: HTTPResponse.Status { .badRequest }
+    var status: HTTPResponse.Status = .badRequest
     func response(from request: Request, context: some RequestContext) throws -> Response {
-        plainText(reason, status: .badRequest)
+        plainText(reason, status: status)
     }
 }
 
-func plainText(_ text: String, status: HTTPResponse.Status = .ok, contentType: String = "text/plain; charset=utf-8") -> Response {
-    Response(status: status, headers: [.contentType: contentType], body: .init(byteBuffer: ByteBuffer(string: text + (text.hasSuffix("\n") ? "" : "\n"))))
+func plainText(_ text: String, status: HTTPResponse.Status = .ok, contentType: String = "text/plain; charset=utf-8", close: Bool = false) -> Response {
+    var headers: HTTPFields = [.contentType: contentType]
+    // The connection guard closes the connection once this is written (so a
+    // refused body is not read to its end).
+    if close { headers[.connection] = "close" }
+    return Response(status: status, headers: headers, body: .init(byteBuffer: ByteBuffer(string: text + (text.hasSuffix("\n") ? "" : "\n"))))
 }
 
-func feedQuery(_ request: Request) throws -> FeedQuery {
+func feedQuery(_ request: Request, maximumCapacity: Int) throws -> FeedQuery {
     do {
-        return try FeedQuery(parameters: request.uri.queryParameters.map { (String($0.key), String($0.value)) })
+        return try FeedQuery(parameters: request.uri.queryParameters.map { (String($0.key), String($0.value)) },
+                             maximumCapacity: maximumCapacity)
     } catch {
         throw BadRequest(reason: error.reason)
     }
 }
 
-func serve<Hub: FeedHub>(hub: Hub, _ settings: ServerSettings) async throws {
+func serve<Hub: FeedHub>(hub: Hub, sequence: Sequencer, _ settings: ServerSettings) async throws {
     let stats = ServerStats()
-    let publisher = Publisher(target: settings.target, logger: settings.logger)
-    let connection = FeedConnection(hub: hub, stats: stats)
+    let logger = settings.logger
+    let publisher = Publisher(target: settings.target, size: settings.publishConnections, logger: logger)
+    let live = LiveConnections()
+    let connection = FeedConnection(hub: hub, stats: stats, sequence: sequence, limits: settings.feed, live: live)
+    let registry = ConnectionRegistry(maximum: settings.maxConnections)
+    let maximumCapacity = settings.feed.maximumCapacity
     let router = Router(context: FeedRequestContext.self)
-
     router.get("/") { _, _ in
         plainText(LivePage.html, contentType: "text/html; charset=utf-8")
     }
+    router.head("/") { _, _ in
+        plainText(LivePage.html, contentType: "text/html; charset=utf-8")
+    }
     router.get("/stats") { _, _ in
-        plainText(stats.json(hub: hub.name, listening: hub.listening.value), contentType: "application/json")
+        plainText(stats.json(hub: hub.name, listening: hub.listening.value, connections: registry.count),
+                  contentType: "application/json")
     }
     router.post("/publish") { request, _ -> Response in
-        var request = request
-        let body = try await request.collectBody(upTo: 8192)
-        let payload = String(buffer: body)
-        // PostgreSQL refuses NOTIFY payloads of 8000 bytes or more.
-        guard payload.utf8.count < 8000 else { throw BadRequest(reason: "payload is \(payload.utf8.count) bytes: NOTIFY takes fewer than 8000") }
+        // The limit is on the bytes received: a declared length over it is
+        // refused unread, and reading stops at the first byte over it.
+        if let declared = request.headers[.contentLength].flatMap({ Int($0) }), declared > PublishBody.maximumBytes {
+            return plainText(PublishBody.tooLarge(declared, exact: true).reason, status: .badRequest, close: true)
+        }
+        var body = ByteBuffer()
+        for try await chunk in request.body {
+            guard body.readableBytes + chunk.readableBytes <= PublishBody.maximumBytes else {
+                return plainText(PublishBody.tooLarge(PublishBody.maximumBytes + 1, exact: false).reason, status: .badRequest, close: true)
+            }
+            body.writeImmutableBuffer(chunk)
+        }
+        let payload: String
+        switch PublishBody.validate(body.readableBytesView) {
+        case .success(let text): payload = text
+        case .failure(let bad): return plainText(bad.reason, status: .badRequest)
+        }
         do {
             try await publisher.publish(payload)
-        } catch {
-            return plainText("PostgreSQL is unavailable, try again", status: .serviceUnavailable)
+        } catch let error as Publisher.Failure {
+            switch error {
+            case .rejected(let reason):
+                return plainText("PostgreSQL refused the message: \(reason)", status: .badRequest)
+            case .unavailable:
+                return plainText("PostgreSQL is unavailable, try again", status: .serviceUnavailable)
+            }
         }
         return plainText("published")
     }
@@ -76,35 +128,114 @@ func serve<Hub: FeedHub>(hub: Hub, _ settings: ServerSettings) async throws {
     // reaches the library's trap for `.bounded(0)`. A refused upgrade falls
     // through to the plain route, which throws the same 400.
     router.ws("/feed") { request, _ in
-        _ = try feedQuery(request)
+        _ = try feedQuery(request, maximumCapacity: maximumCapacity)
+        // A plain GET would otherwise fill the handler box of a connection that never upgrades.
+        guard request.headers[.upgrade]?.lowercased() == "websocket" else {
+            throw BadRequest(reason: "/feed is a WebSocket: send Upgrade: websocket", status: .upgradeRequired)
+        }
         return .upgrade([:])
     } onUpgrade: { inbound, outbound, context in
-        let query = try feedQuery(context.request)
-        let channel = context.requestContext.channel
-        // Small kernel and NIO buffers: a slow client's backlog then sits in
-        // its subscription, where its policy (drop or evict) deals with it,
-        // instead of in megabytes of socket buffers the policy cannot see.
-        let bytes = max(4096, settings.sendBufferBytes)
-        _ = try? await channel.setOption(ChannelOptions.socketOption(.so_sndbuf), value: bytes).get()
-        _ = try? await channel.setOption(ChannelOptions.writeBufferWaterMark, value: .init(low: bytes / 4, high: bytes / 2)).get()
-        await connection.serve(query: query, inbound: inbound, outbound: outbound, logger: context.logger)
+        context.requestContext.slot.empty()
+        let query = try feedQuery(context.request, maximumCapacity: maximumCapacity)
+        try await connection.serve(query: query, inbound: inbound, outbound: outbound, logger: context.logger)
     }
-
+    let wsConfiguration = WebSocketServerConfiguration(
+        maxFrameSize: 1 << 16, closeTimeout: .seconds(3), validateUTF8: true)
+    let webSocketResponder = router.buildResponder()
+    let http = settings.http
+    let sendBufferBytes = settings.sendBufferBytes
+    let server = HTTPServerBuilder { responder in
+        GuardedChannel(
+            inner: HTTP1WebSocketUpgradeChannel(
+                responder: responder, webSocketResponder: webSocketResponder,
+                configuration: .init(http1: .init(), ws: wsConfiguration)),
+            limits: http, registry: registry, sendBufferBytes: sendBufferBytes)
+    }
     let app = Application(
         router: router,
-        server: .http1WebSocketUpgrade(webSocketRouter: router, configuration: .init(ws: .init(maxFrameSize: 1 << 16))),
+        server: server,
         configuration: .init(address: .hostname(settings.host, port: settings.port), serverName: "feed-server"),
-        logger: settings.logger
+        logger: logger
     )
-    // The server's life is the application's: the hub's own task (if any)
-    // is cancelled when the application stops.
+    let drain = ShutdownDrain(
+        hub: hub, sequence: sequence, publisher: publisher, live: live, registry: registry,
+        timeout: settings.shutdownTimeout, logger: logger)
+    // SIGTERM: the drain goes first (the last service is shut down first),
+    // then Hummingbird's graceful shutdown. The server's life is the
+    // services'; the hub's own task (if any) is cancelled when they end.
+    let services = ServiceGroup(configuration: .init(
+        services: [.init(service: app), .init(service: drain)],
+        gracefulShutdownSignals: [.sigterm, .sigint],
+        logger: logger))
     try await withThrowingTaskGroup(of: Bool.self) { group in
         group.addTask { await hub.run(); return false }
-        group.addTask { try await app.runService(); return true }
-        while let applicationEnded = try await group.next() {
-            if applicationEnded { group.cancelAll(); break }
+        group.addTask { try await services.run(); return true }
+        while let servicesEnded = try await group.next() {
+            if servicesEnded { group.cancelAll(); break }
         }
     }
     await hub.shutdown()
     await publisher.shutdown()
+}
+
+/// What SIGTERM does before Hummingbird closes the connections, and the bound on all of it.
+///
+/// 1. A timer: `timeout - 2 s` after SIGTERM (at least 1 s), every connection
+///    still open is closed, whatever its client does (one that neither reads
+///    nor answers the close frame would otherwise hold the process forever).
+/// 2. A barrier NOTIFY through the publisher, awaited on the LISTEN: every
+///    publish answered 200 before SIGTERM is then in the hub.
+/// 3. Up to a third of the timeout for every connection to write those
+///    messages (a connection whose socket is full, or that has nothing left,
+///    is not waited for).
+/// Then Hummingbird's graceful shutdown sends each WebSocket a close frame.
+struct ShutdownDrain<Hub: FeedHub>: Service {
+    let hub: Hub
+    let sequence: Sequencer
+    let publisher: Publisher
+    let live: LiveConnections
+    let registry: ConnectionRegistry
+    let timeout: Duration
+    let logger: Logger
+
+    func run() async throws {
+        do { try await gracefulShutdown() } catch { return }
+        let started = ContinuousClock.now
+        let registry = self.registry
+        let logger = self.logger
+        let forceAfter = max(.seconds(1), timeout - .seconds(2))
+        Task.detached {
+            try? await Task.sleep(for: forceAfter)
+            let closed = registry.closeAll()
+            if closed > 0 { logger.notice("shutdown: closed \(closed) connection(s) still open after \(forceAfter)") }
+        }
+        let drainLimit = timeout / 3
+        if hub.listening.value {
+            let (payload, arrived) = sequence.barriers.make()
+            let publisher = self.publisher
+            let came = await within(drainLimit) {
+                do { try await publisher.publish(payload) } catch { return false }
+                return (try? await arrived.value) != nil
+            }
+            sequence.barriers.forget(payload)
+            if !came { logger.notice("shutdown: the barrier did not come back within \(drainLimit): not waiting for it") }
+        }
+        let total = sequence.totalBytes
+        while live.behind(total) > 0 && ContinuousClock.now - started < drainLimit {
+            try? await Task.sleep(for: .milliseconds(20))
+        }
+        let behind = live.behind(total)
+        logger.info("shutdown: drained in \(ContinuousClock.now - started)\(behind > 0 ? ", \(behind) connection(s) could not take the last messages" : "")")
+    }
+
+    /// `body`'s result, or false after `limit`.
+    private func within(_ limit: Duration, _ body: @escaping @Sendable () async -> Bool) async -> Bool {
+        await withTaskGroup(of: Bool.self) { group in
+            group.addTask { await body() }
+            group.addTask { try? await Task.sleep(for: limit); return false }
+            let first = await group.next() ?? false
+            group.cancelAll()
+            return first
+        }
+    }
 }

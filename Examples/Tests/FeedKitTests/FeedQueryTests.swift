@@ -24,7 +24,8 @@ import Testing
         ("capacity", "abc", "not an integer"),
         ("capacity", "1.5", "not an integer"),
         ("capacity", "-1", "negative"),
-        ("capacity", "1000001", "above 1000000"),
+        ("capacity", "1000001", "above"),
+        ("capacity", "254", "above 253"),
     ])
     func badValuesAreRefusedWithAReason(name: String, value: String, reason: String) {
         #expect {
@@ -39,7 +40,7 @@ import Testing
         #expect(throws: BadFeedQuery.self) { try parse([("policy", "bounded"), ("capacity", "0")]) }
         #expect(throws: BadFeedQuery.self) { try parse([("capacity", "0"), ("policy", "bounded")]) }
         #expect(try parse([("policy", "newest"), ("capacity", "0")]).capacity == 0)
-        #expect(try parse([("policy", "bounded"), ("capacity", "1000000")]).bufferingPolicy == .bounded(1_000_000))
+        #expect(try parse([("policy", "bounded"), ("capacity", "253")]).bufferingPolicy == .bounded(253))
     }
 }
 
@@ -58,5 +59,60 @@ import Testing
 
     @Test func controlCharactersAreEscaped() {
         #expect(jsonString("a\nb\u{1}\t\\") == #""a\nb\u0001\t\\""#)
+    }
+}
+
+/// The capacity ceiling keeps a full queue of the largest messages within the byte budget.
+@Suite struct LimitTests {
+    @Test func theDefaultCeilingFitsTheBudget() {
+        let limits = FeedLimits()
+        #expect(limits.maximumCapacity == 253)
+        #expect(FeedMessage.largestFrameCapacity == 16_384)
+        #expect(limits.maximumCapacity * FeedMessage.largestBytes <= limits.queueBytes)
+        #expect((limits.maximumCapacity + 1) * FeedMessage.largestBytes > limits.queueBytes)
+    }
+
+    @Test func theLargestMessageIsTheLargestFrame() {
+        // Every byte escaped in two, seq and sent as long as they get.
+        let payload = String(repeating: "\"", count: PublishBody.maximumBytes)
+        let message = FeedMessage(seq: Int.max, payload: payload, receivedAt: 0)
+        #expect(message.frame.readableBytes <= FeedMessage.largestFrameBytes)
+        #expect(message.bytes <= FeedMessage.largestBytes)
+    }
+
+    @Test func aCapacityAboveTheServersCeilingIsRefused() {
+        #expect(throws: BadFeedQuery.self) { try FeedQuery(parameters: [("capacity", "11")], maximumCapacity: 10) }
+        #expect(try! FeedQuery(parameters: [("capacity", "10")], maximumCapacity: 10).capacity == 10)
+    }
+}
+
+/// POST /publish bodies: the client's errors, found before any database connection is used.
+@Suite struct PublishBodyTests {
+    func reason(_ bytes: [UInt8]) -> String? {
+        if case .failure(let bad) = PublishBody.validate(bytes) { return bad.reason }
+        return nil
+    }
+
+    @Test func textIsAccepted() {
+        #expect(reason(Array("héllo\tworld\r\n✓".utf8)) == nil)
+        #expect(reason([]) == nil)
+        #expect(reason(Array(repeating: UInt8(ascii: "a"), count: 7_999)) == nil)
+    }
+
+    @Test func sizeIsCountedInBytesReceived() {
+        #expect(reason(Array(repeating: UInt8(ascii: "a"), count: 8_000))?.contains("8000 bytes") == true)
+        // 2,700 three-byte characters: 8,100 bytes, 2,700 characters.
+        #expect(reason(Array(String(repeating: "€", count: 2_700).utf8))?.contains("8100 bytes") == true)
+    }
+
+    @Test func nulAndControlCharactersAreRefused() {
+        #expect(reason(Array("a\u{0}b".utf8)) == "NUL (U+0000) at byte 1: a message is text without control characters but tab, LF and CR")
+        #expect(reason(Array("ab\u{1}".utf8))?.hasPrefix("control character (U+0001) at byte 2") == true)
+    }
+
+    @Test func invalidUTF8IsRefusedNotReplaced() {
+        #expect(reason([0x61, 0xFF, 0x62]) == "the body is not valid UTF-8 (at byte 1)")
+        #expect(reason([0x61, 0x62, 0xE2, 0x82]) == "the body is not valid UTF-8 (at byte 2)")
+        #expect(reason([0xED, 0xA0, 0x80]) != nil)  // a surrogate
     }
 }
