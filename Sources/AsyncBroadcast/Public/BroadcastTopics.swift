@@ -131,8 +131,10 @@ public final class BroadcastTopics<Topic: Hashable & Sendable, Element: Sendable
     /// for await message in subscription { try await socket.write(message) }
     /// ```
     ///
-    /// - Parameter bufferingPolicy: This subscriber's policy; `nil` means
-    ///   the default given at creation.
+    /// - Parameters:
+    ///   - topic: The topic to follow.
+    ///   - bufferingPolicy: This subscriber's policy; `nil` means the
+    ///     default given at creation.
     ///
     /// From a cancelled task the subscription yields the topic's replay
     /// window (if the topic is live), then ends; it does not make the topic
