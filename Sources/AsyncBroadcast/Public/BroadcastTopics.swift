@@ -211,6 +211,7 @@ public final class BroadcastTopics<Topic: Hashable & Sendable, Element: Sendable
     /// ```swift
     /// rooms.finish(topic: room)   // the room closed
     /// ```
+    @inlinable
     public func finish(topic: Topic) {
         registry.finish(topic: topic)
     }
@@ -234,6 +235,7 @@ public final class BroadcastTopics<Topic: Hashable & Sendable, Element: Sendable
     // MARK: Queries
 
     /// The subscribers of `topic` that have not ended; 0 if it is not live.
+    @inlinable
     public func subscriberCount(of topic: Topic) -> Int {
         registry.subscriberCount(of: topic)
     }
