@@ -59,9 +59,10 @@ import _CAtomics
             lock.destroy()
         }
         print("registration fairness: the registrant got the lock first in \(registrantFirst.value) of \(trials) trials")
-        // All of them, but for a registrant kept off the CPU longer than a
-        // sender's bounded wait (1,024 yields) on a badly overloaded machine.
-        #expect(registrantFirst.value >= trials - 1,
+        // All of them, but for a registrant that an overloaded machine keeps
+        // off the CPU longer than a sender's bounded wait (4 ms; seen once or
+        // twice in 20 beside the TSan test suite). Without the gate: 1-4.
+        #expect(registrantFirst.value >= trials - 3,
                 "the registrant got the lock first in \(registrantFirst.value) of \(trials) trials")
     }
 

@@ -35,7 +35,7 @@ public import _CAtomics  // `cab_cpu_relax`, `cab_thread_yield`, `cab_monotonic_
 /// (`senderWaitNanos`, `registrantWaitNanos`), so a thread the scheduler
 /// keeps off the CPU while the other side waits for it stalls that side
 /// once, briefly: a sender's given-up wait is recorded in `abandoned` and
-/// not repeated for the same registrants for 200 ms. Nobody waits while
+/// not repeated for the same registrants for 40 ms. Nobody waits while
 /// holding the lock. A send's fast path is two relaxed loads and a
 /// `tryLock`.
 ///
@@ -101,16 +101,16 @@ struct RegistrationFairness: @unchecked Sendable {
     @inlinable static var senderLockNanos: Int { 50_000 }
     /// The longest a sender waits for registrants that arrived before it:
     /// a registrant woken in the kernel needs tens of microseconds to run
-    /// on an idle core, and over 5 ms was seen on a loaded 2-core machine
-    /// (the test suite under ThreadSanitizer beside it). The sender sleeps
-    /// meanwhile, so the wait costs no CPU; in a storm of registrations it
-    /// ends as soon as as many have been served as had arrived, whoever
-    /// they were. A registrant kept off the CPU longer than this is not
-    /// waited for further (see `abandoned`).
-    @inlinable static var senderWaitNanos: Int { 20_000_000 }
+    /// on an idle core (and gets this one: the sender sleeps meanwhile), but
+    /// on an overloaded machine one was seen to need over 5 ms (the test
+    /// suite under ThreadSanitizer beside it); in a storm of registrations
+    /// the wait ends as soon as as many have been served as had arrived,
+    /// whoever they were. A registrant kept off the CPU longer is not
+    /// waited for further (see `abandoned`): a send must not wait 10 ms.
+    @inlinable static var senderWaitNanos: Int { 4_000_000 }
     /// The longest a registrant waits for an announced sender to get the
     /// lock.
-    @inlinable static var registrantWaitNanos: Int { 20_000_000 }
+    @inlinable static var registrantWaitNanos: Int { 4_000_000 }
     /// How long a sender spins, waiting for registrants, before it sleeps
     /// between looks (see `waitBounded`): long enough for a registrant
     /// running on another core.
@@ -118,7 +118,7 @@ struct RegistrationFairness: @unchecked Sendable {
     /// How long an abandoned wait stands (see `abandoned`): a registrant
     /// the scheduler keeps off the CPU delays the senders by at most a
     /// tenth of their time.
-    @inlinable static var abandonRenewNanos: Int { 200_000_000 }
+    @inlinable static var abandonRenewNanos: Int { 40_000_000 }
 
     // MARK: Registrants
 
