@@ -27,7 +27,6 @@ import Synchronization
 public struct FeedConnection<Hub: FeedHub>: Sendable {
     public let hub: Hub
     public let stats: ServerStats
-    public let sequence: Sequencer
     public let limits: FeedLimits
     public let live: LiveConnections
 
@@ -41,10 +40,9 @@ public struct FeedConnection<Hub: FeedHub>: Sendable {
     /// The largest message a client may send (it has no reason to send any): 1009 beyond.
     public static var maximumInboundMessage: Int { 4096 }
 
-    public init(hub: Hub, stats: ServerStats, sequence: Sequencer, limits: FeedLimits, live: LiveConnections) {
+    public init(hub: Hub, stats: ServerStats, limits: FeedLimits, live: LiveConnections) {
         self.hub = hub
         self.stats = stats
-        self.sequence = sequence
         self.limits = limits
         self.live = live
     }
@@ -59,12 +57,17 @@ public struct FeedConnection<Hub: FeedHub>: Sendable {
     /// (a protocol error from the reader), so hummingbird-websocket closes
     /// with its code (1002, 1007, 1009).
     public func serve(query: FeedQuery, inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter, logger: Logger) async throws {
+        // The topic's numbering, held for as long as this connection lives,
+        // so that its `seq` and byte total are the ones its messages carry.
+        let topic = query.topic
+        let sequence = hub.listener.sequencers.retain(topic)
+        defer { hub.listener.sequencers.release(topic) }
         let progress = ConnectionProgress(at: sequence.totalBytes)
         let subscription = await hub.subscribe(query)
         stats.add(.subscribers)
         stats.add(.connectionsTotal)
         let drops = DropCounter(stats: stats)
-        let entry = live.insert(progress) { subscription.bufferedCount }
+        let entry = live.insert(progress, sequence: sequence) { subscription.bufferedCount }
         defer {
             live.remove(entry)
             drops.sync(subscription.droppedCount)
@@ -73,7 +76,6 @@ public struct FeedConnection<Hub: FeedHub>: Sendable {
         }
         let hub = self.hub
         let stats = self.stats
-        let sequence = self.sequence
         let limits = self.limits
         // `ready` is the connection's first frame: the other writers wait for it.
         let readySent = BroadcastPromise<Void, Never>()
@@ -87,13 +89,13 @@ public struct FeedConnection<Hub: FeedHub>: Sendable {
                 }
             }
             group.addTask {
-                await Self.pump(subscription, hub: hub, stats: stats, drops: drops, progress: progress,
+                await Self.pump(subscription, topic: topic, hub: hub, stats: stats, drops: drops, progress: progress,
                                 outbound: outbound, readySent: readySent)
                 return .ended
             }
             group.addTask {
                 guard (try? await readySent.value) != nil else { return .ended }
-                try? await hub.watchOnline { count in
+                try? await hub.watchOnline(topic: topic) { count in
                     try await outbound.write(.custom(.init(fin: true, opcode: .text, data: ControlFrame.online(count: count))))
                 }
                 return .ended
@@ -138,13 +140,13 @@ public struct FeedConnection<Hub: FeedHub>: Sendable {
     }
 
     static func pump(
-        _ subscription: Hub.Subscription, hub: Hub, stats: ServerStats, drops: DropCounter,
+        _ subscription: Hub.Subscription, topic: String, hub: Hub, stats: ServerStats, drops: DropCounter,
         progress: ConnectionProgress, outbound: WebSocketOutboundWriter, readySent: BroadcastPromise<Void, Never>
     ) async {
         do {
             // `ready` promises that nothing published from now on is missed:
-            // the subscription already exists, so only the LISTEN is left.
-            for await isListening in hub.listening where isListening { break }
+            // the subscription already exists, so only its topic's LISTEN is left.
+            await hub.listener.waitUntilListening(topic)
             try Task.checkCancellation()
             try await write(ControlFrame.ready, to: outbound)
             readySent.succeed()
@@ -277,6 +279,7 @@ final class DropCounter: Sendable {
 public final class LiveConnections: Sendable {
     struct Entry: Sendable {
         let progress: ConnectionProgress
+        let sequence: Sequencer
         let buffered: @Sendable () -> Int
     }
     private let entries = NIOLockedValueBox<[Int: Entry]>([:])
@@ -284,9 +287,9 @@ public final class LiveConnections: Sendable {
 
     public init() {}
 
-    func insert(_ progress: ConnectionProgress, buffered: @escaping @Sendable () -> Int) -> Int {
+    func insert(_ progress: ConnectionProgress, sequence: Sequencer, buffered: @escaping @Sendable () -> Int) -> Int {
         let id = nextID.add(1, ordering: .relaxed).newValue
-        entries.withLockedValue { $0[id] = Entry(progress: progress, buffered: buffered) }
+        entries.withLockedValue { $0[id] = Entry(progress: progress, sequence: sequence, buffered: buffered) }
         return id
     }
 
@@ -296,14 +299,21 @@ public final class LiveConnections: Sendable {
 
     public var count: Int { entries.withLockedValue { $0.count } }
 
-    /// Connections that have not yet written every message up to `total`
-    /// (the running byte total when the shutdown barrier came back), and still
-    /// have something to write: a drained one (nothing buffered, nothing in
-    /// hand) counts as done even if its policy dropped the last messages.
-    public func behind(_ total: Int) -> Int {
-        let entries = entries.withLockedValue { Array($0.values) }
-        return entries.count { entry in
-            entry.progress.written.load(ordering: .relaxed) < total
+    /// Each connection's target: its topic's running byte total now (taken
+    /// when the shutdown barrier came back).
+    public func targets() -> [Int: Int] {
+        entries.withLockedValue { $0.mapValues { $0.sequence.totalBytes } }
+    }
+
+    /// Connections that have not yet written every message up to their
+    /// target, and still have something to write: a drained one (nothing
+    /// buffered, nothing in hand) counts as done even if its policy dropped
+    /// the last messages.
+    public func behind(_ targets: [Int: Int]) -> Int {
+        let entries = entries.withLockedValue { $0 }
+        return entries.count { id, entry in
+            guard let total = targets[id] else { return false }
+            return entry.progress.written.load(ordering: .relaxed) < total
                 && (entry.progress.busy.load(ordering: .relaxed) || entry.buffered() > 0)
         }
     }

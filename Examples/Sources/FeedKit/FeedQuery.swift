@@ -1,14 +1,17 @@
 import AsyncBroadcast
 
-/// What a client asks for in `GET /feed?policy=P&capacity=N`.
+/// What a client asks for in `GET /feed?topic=NAME&policy=P&capacity=N`.
 public struct FeedQuery: Sendable, Equatable {
     public enum Policy: String, Sendable, CaseIterable {
         case newest, oldest, bounded, unbounded
     }
+    /// The topic: also the PostgreSQL channel its messages travel on.
+    public var topic: String = FeedTopic.default
     public var policy: Policy = .newest
     public var capacity: Int = 64
 
-    public init(policy: Policy = .newest, capacity: Int = 64) {
+    public init(topic: String = FeedTopic.default, policy: Policy = .newest, capacity: Int = 64) {
+        self.topic = topic
         self.policy = policy
         self.capacity = capacity
     }
@@ -20,6 +23,8 @@ public struct FeedQuery: Sendable, Equatable {
     public init(parameters: [(name: String, value: String)], maximumCapacity: Int = FeedLimits().maximumCapacity) throws(BadFeedQuery) {
         for (name, value) in parameters {
             switch name {
+            case "topic":
+                topic = try FeedTopic.validated(value)
             case "policy":
                 guard let policy = Policy(rawValue: value) else {
                     throw BadFeedQuery("unknown policy '\(value)': use newest, oldest, bounded or unbounded")
@@ -51,6 +56,36 @@ public struct FeedQuery: Sendable, Equatable {
         case .bounded: .bounded(capacity)
         case .unbounded: .unbounded
         }
+    }
+}
+
+/// Topic names: `[a-z0-9_-]{1,48}`. A topic is the PostgreSQL channel of
+/// its messages (LISTEN quotes it, `pg_notify` takes it as text), so the
+/// name must be one that neither can misread, and short enough to stay
+/// under PostgreSQL's 63-byte identifiers.
+public enum FeedTopic {
+    /// The topic of a request that names none.
+    public static let `default` = "feed"
+    public static let maximumLength = 48
+
+    /// `name` if it is a valid topic name; the reason otherwise.
+    public static func validated(_ name: String) throws(BadFeedQuery) -> String {
+        guard !name.isEmpty else { throw BadFeedQuery("topic is empty: use 1 to \(maximumLength) of a-z, 0-9, _ and -") }
+        guard name.utf8.count <= maximumLength else {
+            throw BadFeedQuery("topic is \(name.utf8.count) bytes long: at most \(maximumLength)")
+        }
+        guard name.utf8.allSatisfy({ (0x61...0x7A).contains($0) || (0x30...0x39).contains($0) || $0 == 0x5F || $0 == 0x2D }) else {
+            throw BadFeedQuery("topic '\(name.prefix(maximumLength))' has a character other than a-z, 0-9, _ and -")
+        }
+        return name
+    }
+
+    /// The `topic` parameter of a request (the default if it has none); the
+    /// last one wins, as in ``FeedQuery``.
+    public static func from(parameters: [(name: String, value: String)]) throws(BadFeedQuery) -> String {
+        var topic = Self.default
+        for (name, value) in parameters where name == "topic" { topic = try validated(value) }
+        return topic
     }
 }
 

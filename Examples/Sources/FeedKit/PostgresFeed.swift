@@ -52,85 +52,12 @@ public struct PostgresTarget: Sendable {
     }
 }
 
-/// Whether the feed's LISTEN is in place right now: a connection's `ready`
-/// waits for it, so nothing published after `ready` can be missed.
-public typealias ListenState = BroadcastValue<Bool, Never>
-
-/// The LISTEN loop: one dedicated connection (`application_name`
-/// `feed-server-listen`), reconnecting with capped backoff, numbering the
-/// notifications as they arrive. It runs until its task is cancelled; the
-/// hubs decide when that is.
-public struct ListenLoop: Sendable {
-    public static let channel = "feed"
-    public static let applicationName = "feed-server-listen"
-
-    let target: PostgresTarget
-    let listening: ListenState
-    let sequence: Sequencer
-    let logger: Logger
-
-    public init(target: PostgresTarget, listening: ListenState, sequence: Sequencer, logger: Logger) {
-        self.target = target
-        self.listening = listening
-        self.sequence = sequence
-        self.logger = logger
-    }
-
-    /// Runs until cancelled; `deliver` gets each event in order, one at a time.
-    public func run(deliver: @Sendable (FeedEvent) async -> Void) async {
-        var backoff: Duration = .milliseconds(250)
-        var lostConnection = false
-        var connectionID = 0
-        defer { listening.send(false) }
-        while !Task.isCancelled {
-            connectionID += 1
-            var connection: PostgresConnection?
-            do {
-                let opened = try await PostgresConnection.connect(
-                    configuration: target.configuration(applicationName: Self.applicationName),
-                    id: connectionID, logger: logger)
-                connection = opened
-                try await opened.listen(on: Self.channel) { notifications in
-                    // `listen(on:)` calls us once LISTEN has succeeded.
-                    listening.send(true)
-                    backoff = .milliseconds(250)
-                    if lostConnection {
-                        lostConnection = false
-                        logger.info("LISTEN is back: clients resync")
-                        await deliver(.resync)
-                    }
-                    for try await notification in notifications {
-                        if notification.payload.hasPrefix(Barriers.prefix) {
-                            // A shutdown barrier (this process's or another's): not a message.
-                            sequence.barriers.arrived(notification.payload)
-                            continue
-                        }
-                        var message = FeedMessage(seq: sequence.next(), payload: notification.payload)
-                        message.end = sequence.advance(by: message.bytes)
-                        await deliver(.message(message))
-                    }
-                }
-            } catch {
-                if !Task.isCancelled { logger.warning("LISTEN connection failed: \(String(reflecting: error))") }
-            }
-            listening.send(false)
-            try? await connection?.close()
-            if Task.isCancelled { break }
-            // Anything NOTIFYed from now until LISTEN works again is lost.
-            lostConnection = true
-            try? await Task.sleep(for: backoff)
-            backoff = min(backoff * 2, .seconds(5))
-        }
-    }
-}
-
-/// `seq`: per server process, never reused when the LISTEN connection changes;
-/// and the running total of the messages' bytes (``FeedMessage/end``).
+/// One topic's `seq` (per server process, from 1, never reused while the
+/// topic has a client or a LISTEN: ``Sequencers``), and the running total of
+/// its messages' bytes (``FeedMessage/end``).
 public final class Sequencer: Sendable {
     private let last = Synchronization.Atomic<Int>(0)
     private let bytes = Synchronization.Atomic<Int>(0)
-    /// The shutdown barriers in flight (see ``Barriers``).
-    public let barriers = Barriers()
     public init() {}
     public func next() -> Int { last.add(1, ordering: .relaxed).newValue }
     /// Adds a message's bytes to the running total and returns the new total (the message's `end`).
@@ -215,11 +142,12 @@ public actor Publisher {
         case rejected(String)
     }
 
-    /// Returns once `pg_notify` has run.
-    public func publish(_ payload: String) async throws(Failure) {
+    /// Returns once `pg_notify` has run. `channel` is a topic: validated by
+    /// the caller, and bound as a parameter anyway.
+    public func publish(_ payload: String, to channel: String = FeedTopic.default) async throws(Failure) {
         let connection = try await acquire()
         do {
-            try await connection.query("SELECT pg_notify(\(ListenLoop.channel), \(payload))", logger: logger)
+            try await connection.query("SELECT pg_notify(\(channel), \(payload))", logger: logger)
             release(connection, healthy: true)
         } catch let error as PSQLError where error.code == .server {
             // The server answered with an error: the connection itself is fine.

@@ -26,10 +26,13 @@ public final class ServerStats: Sendable {
 
     /// The JSON body of `GET /stats`.
     /// `connections`: TCP connections open now (HTTP and WebSocket), when the server counts them.
-    public func json(hub: String, listening: Bool, connections: Int? = nil) -> String {
+    /// `listeningTopics`: topics LISTENed now (`listening` is whether any is);
+    /// `topics`: topics live in the hub.
+    public func json(hub: String, listeningTopics: Int, topics: Int, connections: Int? = nil) -> String {
         let (rss, cpu) = Self.processUsage()
         return """
-        {"hub":"\(hub)","listening":\(listening),"subscribers":\(subscribers.load(ordering: .relaxed)),\
+        {"hub":"\(hub)","listening":\(listeningTopics > 0),"listeningTopics":\(listeningTopics),"topics":\(topics),\
+        "subscribers":\(subscribers.load(ordering: .relaxed)),\
         "connectionsTotal":\(connectionsTotal.load(ordering: .relaxed)),\
         "delivered":\(delivered.load(ordering: .relaxed)),"dropped":\(dropped.load(ordering: .relaxed)),\
         "evicted":\(evicted.load(ordering: .relaxed)),\(connections.map { "\"connections\":\($0)," } ?? "")\

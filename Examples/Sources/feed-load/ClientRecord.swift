@@ -22,6 +22,8 @@ final class ClientRecord: @unchecked Sendable {
     let server: Int
     let isSlow: Bool
     let run: Int
+    /// The topic's number (its name: ``LoadOptions/topicName(_:)``).
+    let topic: Int
     let clock = ContinuousClock()
     var started: ContinuousClock.Instant
     var connectTime: Duration?
@@ -29,6 +31,8 @@ final class ClientRecord: @unchecked Sendable {
     var received = 0
     var skipped = 0
     var outOfOrder = 0
+    /// Messages of another topic: never allowed.
+    var foreign = 0
     var lastSeq = 0
     var seqViolations = 0
     var gaps = 0
@@ -41,7 +45,8 @@ final class ClientRecord: @unchecked Sendable {
     var error: String?
     var closeCode: Int?
 
-    init(server: Int, servers: Int, isSlow: Bool, run: Int, expected: Int, counters: RunCounters) {
+    init(server: Int, servers: Int, isSlow: Bool, run: Int, expected: Int, topic: Int, counters: RunCounters) {
+        self.topic = topic
         self.counters = counters
         self.expected = expected
         self.server = server
@@ -64,7 +69,8 @@ final class ClientRecord: @unchecked Sendable {
                 if seq <= lastSeq { seqViolations += 1 }
                 lastSeq = seq
                 // Only this run's messages count: a replayed message from an earlier run is skipped.
-                guard intAfter(Prefix.run, in: bytes) == run, let n = intAfter(Prefix.n, in: bytes) else { return }
+                guard intAfter(Prefix.run, in: bytes) == run, let n = intAfter(Prefix.k, in: bytes) else { return }
+                guard intAfter(Prefix.topic, in: bytes) == topic else { foreign += 1; return }
                 let now = clock.now
                 lastReceive = now
                 received += 1
@@ -111,7 +117,8 @@ final class ClientRecord: @unchecked Sendable {
         static let count = Array(#""count":"#.utf8)
         // Inside the body, a JSON string: its quotes are escaped.
         static let run = Array(#"\"run\":"#.utf8)
-        static let n = Array(#"\"n\":"#.utf8)
+        static let k = Array(#"\"k\":"#.utf8)
+        static let topic = Array(#"\"topic\":"#.utf8)
         static let via = Array(#"\"via\":"#.utf8)
         static let us = Array(#"\"us\":"#.utf8)
     }

@@ -43,6 +43,9 @@ struct FeedLoad: AsyncParsableCommand {
     @Flag(help: "A short run for CI: 8 s of publishing per run.")
     var smoke = false
 
+    @Option(help: "Topics the clients spread over (client i on topic t(i mod N), message n to topic t(n mod N)); 1 uses the default topic 'feed'.")
+    var topics: Int = 1
+
     @Option(help: "Write the report (markdown) to this file as well.")
     var report: String?
 
@@ -53,9 +56,10 @@ struct FeedLoad: AsyncParsableCommand {
         guard let slowShare = Double(slow.replacingOccurrences(of: "%", with: "")).map({ $0 / 100 }), slowShare >= 0, slowShare < 1 else {
             throw ValidationError("--slow must look like 5%")
         }
+        guard topics >= 1 else { throw ValidationError("--topics must be at least 1") }
         let options = LoadOptions(
             servers: addresses, rate: rate, seconds: smoke ? min(seconds, 8) : seconds,
-            hub: hub, fastCapacity: fastCapacity, slowQuery: slowQuery, payloadBytes: payloadBytes)
+            hub: hub, fastCapacity: fastCapacity, slowQuery: slowQuery, payloadBytes: payloadBytes, topics: topics)
         var checks = Checks()
         var report = Report(options: options)
         for count in counts {

@@ -16,12 +16,20 @@ struct LoadOptions: Sendable {
     var fastCapacity: Int
     var slowQuery: String
     var payloadBytes: Int
+    var topics: Int
+
+    /// Topic `t`'s name: the default topic when there is one topic.
+    func topicName(_ t: Int) -> String { topics == 1 ? "feed" : "t\(t)" }
+    /// Messages topic `t` gets of the run's `expected` (message n goes to topic n mod N).
+    func expected(_ expected: Int, topic t: Int) -> Int { expected / topics + (t < expected % topics ? 1 : 0) }
 }
 
 /// The server's `/stats`, as far as the load tool reads it.
 struct ServerSample: Sendable {
     var hub = ""
     var subscribers = 0
+    var listeningTopics = 0
+    var topics = 0
     var rssBytes = 0
     var cpuSeconds = 0.0
 }
@@ -46,6 +54,10 @@ struct LoadRun {
         var statsAfter: [ServerSample]
         var allConnectedSeen: Bool
         var readyCount: Int
+        /// `listeningTopics` on every server once the clients had gone (nil: never 0 within 15 s).
+        var unlistenedAfter: Double?
+        var listeningAtEnd: [Int]
+        var maxListening: [Int]
     }
 
     func execute() async throws -> Result {
@@ -66,7 +78,12 @@ struct LoadRun {
         for i in 0..<total {
             let isSlow = slowLeft > 0 && i % slowEvery == slowEvery - 1 || (total - i) == slowLeft
             if isSlow { slowLeft -= 1 }
-            made.append(ClientRecord(server: i % servers.count, servers: servers.count, isSlow: isSlow, run: run, expected: expected, counters: counters))
+            // Topics and servers both cycle with i: with as many topics as
+            // servers (or a multiple), a topic's clients would all be on one
+            // server; shift the topic by the round so each topic spans servers.
+            let topic = (i + i / max(1, options.topics) ) % options.topics
+            made.append(ClientRecord(server: i % servers.count, servers: servers.count, isSlow: isSlow, run: run,
+                                     expected: options.expected(expected, topic: topic), topic: topic, counters: counters))
         }
 
         // Ramp: at most 64 handshakes at a time.
@@ -77,7 +94,7 @@ struct LoadRun {
                 for record in records {
                     let (host, port) = split(servers[record.server])
                     if record.isSlow {
-                        let client = SlowClient(host: host, port: port, path: "/feed?\(options.slowQuery)", record: record)
+                        let client = SlowClient(host: host, port: port, path: "/feed?topic=\(options.topicName(record.topic))&\(options.slowQuery)", record: record)
                         group.addTask {
                             await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
                                 let thread = Thread {
@@ -95,7 +112,7 @@ struct LoadRun {
                     }
                     inFlight += 1
                     record.started = record.clock.now
-                    let url = "ws://\(host):\(port)/feed?policy=newest&capacity=\(options.fastCapacity)"
+                    let url = "ws://\(host):\(port)/feed?topic=\(options.topicName(record.topic))&policy=newest&capacity=\(options.fastCapacity)"
                     group.addTask {
                         do {
                             try await WebSocketClient.connect(url: url, configuration: .init(maxFrameSize: 1 << 16), logger: logger) { inbound, outbound, _ in
@@ -152,8 +169,11 @@ struct LoadRun {
             let due = publishStart + .seconds(Double(n) / Double(options.rate))
             if due > clock.now { try await Task.sleep(until: due) }
             let via = n % servers.count
-            let body = #"{"run":\#(run),"n":\#(n),"via":\#(via),"sent":\#(epochMilliseconds()),"us":\#(wallMicros()),"pad":"\#(padding)"}"#
-            if !(await post(servers[via], path: "/publish", body: body)) { publishFailures += 1 }
+            // Message n goes to topic n mod N as that topic's k-th message.
+            let topic = n % options.topics
+            let k = n / options.topics
+            let body = #"{"run":\#(run),"topic":\#(topic),"k":\#(k),"via":\#(via),"sent":\#(epochMilliseconds()),"us":\#(wallMicros()),"pad":"\#(padding)"}"#
+            if !(await post(servers[via], path: "/publish?topic=\(options.topicName(topic))", body: body)) { publishFailures += 1 }
         }
         let publishSeconds = (clock.now - publishStart).seconds
         counters.catchUp.store(true, ordering: .relaxed)
@@ -165,6 +185,7 @@ struct LoadRun {
             try await Task.sleep(for: .milliseconds(50))
         }
         let statsAfter = try await sampleAll()
+        let maxListening = statsConnected.map(\.listeningTopics)
         // Slow clients catch up: until none has read anything for 1 s, or 20 s.
         if slow > 0 {
             let catchUpDeadline = clock.now + .seconds(20)
@@ -190,12 +211,24 @@ struct LoadRun {
         while clock.now < settleDeadline, (try? await sampleAll().reduce(0, { $0 + $1.subscribers })) ?? 0 > 0 {
             try await Task.sleep(for: .milliseconds(100))
         }
+        // And the LISTENs: every topic UNLISTENs once its clients have gone
+        // (the broadcast hub 5 s after), so the next run starts from none.
+        let gone = clock.now
+        let unlistenDeadline = gone + .seconds(15)
+        var unlistenedAfter: Double?
+        var listeningAtEnd = maxListening
+        while clock.now < unlistenDeadline {
+            listeningAtEnd = try await sampleAll().map(\.listeningTopics)
+            if listeningAtEnd.allSatisfy({ $0 == 0 }) { unlistenedAfter = (clock.now - gone).seconds; break }
+            try await Task.sleep(for: .milliseconds(100))
+        }
 
         return Result(
             options: options, fast: fast, slow: slow, published: expected, publishFailures: publishFailures,
             records: records, publishSeconds: publishSeconds, deliverySeconds: deliverySeconds,
             statsBefore: statsBefore, statsConnected: statsConnected, statsAfter: statsAfter,
-            allConnectedSeen: allConnectedSeen, readyCount: readyCount)
+            allConnectedSeen: allConnectedSeen, readyCount: readyCount,
+            unlistenedAfter: unlistenedAfter, listeningAtEnd: listeningAtEnd, maxListening: maxListening)
     }
 
     func sampleAll() async throws -> [ServerSample] {
@@ -217,6 +250,8 @@ func sample(_ server: String) async -> ServerSample {
     return ServerSample(
         hub: object["hub"] as? String ?? "",
         subscribers: (object["subscribers"] as? NSNumber)?.intValue ?? 0,
+        listeningTopics: (object["listeningTopics"] as? NSNumber)?.intValue ?? 0,
+        topics: (object["topics"] as? NSNumber)?.intValue ?? 0,
         rssBytes: (object["rssBytes"] as? NSNumber)?.intValue ?? 0,
         cpuSeconds: (object["cpuSeconds"] as? NSNumber)?.doubleValue ?? 0)
 }

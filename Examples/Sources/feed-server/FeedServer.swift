@@ -9,10 +9,10 @@ import Logging
 struct FeedServer: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "feed-server",
-        abstract: "A WebSocket fan-out of PostgreSQL NOTIFYs on channel 'feed'.",
+        abstract: "A WebSocket fan-out of PostgreSQL NOTIFYs, one channel per topic.",
         discussion: """
-        Routes: GET /feed?policy=newest|oldest|bounded|unbounded&capacity=N (WebSocket), \
-        POST /publish, GET /stats, GET / (a live page).
+        Routes: GET /feed?topic=NAME&policy=newest|oldest|bounded|unbounded&capacity=N (WebSocket), \
+        POST /publish?topic=NAME, GET /stats, GET / (a live page). Topics: [a-z0-9_-]{1,48}, default 'feed'.
         """)
 
     enum Hub: String, ExpressibleByArgument, CaseIterable {
@@ -80,20 +80,17 @@ struct FeedServer: AsyncParsableCommand {
             logger.warning("--max-connections \(connectionLimit) is close to the open-file limit \(files): accept may hit it (NIO then backs off)")
         }
         logger.info("limits: \(connectionLimit) connections (open files \(files)), queue \(queueBytes) bytes, capacity ≤ \(maxCapacity ?? ceiling)")
-        let sequence = Sequencer()
         let settings = ServerSettings(
             host: host, port: port, sendBufferBytes: sendBufferBytes, target: target, logger: logger,
             feed: FeedLimits(queueBytes: queueBytes, maximumCapacity: maxCapacity),
             http: HTTPLimits(headerTimeout: .nanoseconds(Int64(headerTimeout * 1e9)), bodyTimeout: .nanoseconds(Int64(bodyTimeout * 1e9))),
             maxConnections: connectionLimit, publishConnections: publishConnections,
             shutdownTimeout: .nanoseconds(Int64(shutdownTimeout * 1e9)))
+        let listener = TopicListener(target: target, logger: logger)
         switch hub {
-        case .broadcast:
-            try await serve(hub: BroadcastHub(target: target, sequence: sequence, logger: logger), sequence: sequence, settings)
-        case .lockStream:
-            try await serve(hub: LockStreamHub(target: target, sequence: sequence, logger: logger), sequence: sequence, settings)
-        case .actorChannel:
-            try await serve(hub: ActorChannelHub(target: target, sequence: sequence, logger: logger), sequence: sequence, settings)
+        case .broadcast: try await serve(hub: BroadcastHub(listener: listener), settings)
+        case .lockStream: try await serve(hub: LockStreamHub(listener: listener), settings)
+        case .actorChannel: try await serve(hub: ActorChannelHub(listener: listener), settings)
         }
     }
 

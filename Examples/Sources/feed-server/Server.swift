@@ -75,12 +75,12 @@ func feedQuery(_ request: Request, maximumCapacity: Int) throws -> FeedQuery {
     }
 }
 
-func serve<Hub: FeedHub>(hub: Hub, sequence: Sequencer, _ settings: ServerSettings) async throws {
+func serve<Hub: FeedHub>(hub: Hub, _ settings: ServerSettings) async throws {
     let stats = ServerStats()
     let logger = settings.logger
     let publisher = Publisher(target: settings.target, size: settings.publishConnections, logger: logger)
     let live = LiveConnections()
-    let connection = FeedConnection(hub: hub, stats: stats, sequence: sequence, limits: settings.feed, live: live)
+    let connection = FeedConnection(hub: hub, stats: stats, limits: settings.feed, live: live)
     let registry = ConnectionRegistry(maximum: settings.maxConnections)
     let maximumCapacity = settings.feed.maximumCapacity
     let router = Router(context: FeedRequestContext.self)
@@ -91,10 +91,17 @@ func serve<Hub: FeedHub>(hub: Hub, sequence: Sequencer, _ settings: ServerSettin
         plainText(LivePage.html, contentType: "text/html; charset=utf-8")
     }
     router.get("/stats") { _, _ in
-        plainText(stats.json(hub: hub.name, listening: hub.listening.value, connections: registry.count),
+        plainText(stats.json(hub: hub.name, listeningTopics: hub.listener.listeningCount, topics: await hub.topicCount(),
+                             connections: registry.count),
                   contentType: "application/json")
     }
     router.post("/publish") { request, _ -> Response in
+        let topic: String
+        do {
+            topic = try FeedTopic.from(parameters: request.uri.queryParameters.map { (String($0.key), String($0.value)) })
+        } catch {
+            return plainText((error as? BadFeedQuery)?.reason ?? "bad topic", status: .badRequest, close: true)
+        }
         // The limit is on the bytes received: a declared length over it is
         // refused unread, and reading stops at the first byte over it.
         if let declared = request.headers[.contentLength].flatMap({ Int($0) }), declared > PublishBody.maximumBytes {
@@ -113,7 +120,7 @@ func serve<Hub: FeedHub>(hub: Hub, sequence: Sequencer, _ settings: ServerSettin
         case .failure(let bad): return plainText(bad.reason, status: .badRequest)
         }
         do {
-            try await publisher.publish(payload)
+            try await publisher.publish(payload, to: topic)
         } catch let error as Publisher.Failure {
             switch error {
             case .rejected(let reason):
@@ -158,7 +165,7 @@ func serve<Hub: FeedHub>(hub: Hub, sequence: Sequencer, _ settings: ServerSettin
         logger: logger
     )
     let drain = ShutdownDrain(
-        hub: hub, sequence: sequence, publisher: publisher, live: live, registry: registry,
+        hub: hub, publisher: publisher, live: live, registry: registry,
         timeout: settings.shutdownTimeout, logger: logger)
     // SIGTERM: the drain goes first (the last service is shut down first),
     // then Hummingbird's graceful shutdown. The server's life is the
@@ -167,13 +174,7 @@ func serve<Hub: FeedHub>(hub: Hub, sequence: Sequencer, _ settings: ServerSettin
         services: [.init(service: app), .init(service: drain)],
         gracefulShutdownSignals: [.sigterm, .sigint],
         logger: logger))
-    try await withThrowingTaskGroup(of: Bool.self) { group in
-        group.addTask { await hub.run(); return false }
-        group.addTask { try await services.run(); return true }
-        while let servicesEnded = try await group.next() {
-            if servicesEnded { group.cancelAll(); break }
-        }
-    }
+    try await services.run()
     await hub.shutdown()
     await publisher.shutdown()
 }
@@ -191,7 +192,6 @@ func serve<Hub: FeedHub>(hub: Hub, sequence: Sequencer, _ settings: ServerSettin
 /// Then Hummingbird's graceful shutdown sends each WebSocket a close frame.
 struct ShutdownDrain<Hub: FeedHub>: Service {
     let hub: Hub
-    let sequence: Sequencer
     let publisher: Publisher
     let live: LiveConnections
     let registry: ConnectionRegistry
@@ -210,21 +210,24 @@ struct ShutdownDrain<Hub: FeedHub>: Service {
             if closed > 0 { logger.notice("shutdown: closed \(closed) connection(s) still open after \(forceAfter)") }
         }
         let drainLimit = timeout / 3
-        if hub.listening.value {
-            let (payload, arrived) = sequence.barriers.make()
+        // One barrier on any LISTENed topic covers them all: the one LISTEN
+        // connection gets every channel's notifications in commit order.
+        let barriers = hub.listener.barriers
+        if let topic = hub.listener.anyListeningTopic {
+            let (payload, arrived) = barriers.make()
             let publisher = self.publisher
             let came = await within(drainLimit) {
-                do { try await publisher.publish(payload) } catch { return false }
+                do { try await publisher.publish(payload, to: topic) } catch { return false }
                 return (try? await arrived.value) != nil
             }
-            sequence.barriers.forget(payload)
+            barriers.forget(payload)
             if !came { logger.notice("shutdown: the barrier did not come back within \(drainLimit): not waiting for it") }
         }
-        let total = sequence.totalBytes
-        while live.behind(total) > 0 && ContinuousClock.now - started < drainLimit {
+        let targets = live.targets()
+        while live.behind(targets) > 0 && ContinuousClock.now - started < drainLimit {
             try? await Task.sleep(for: .milliseconds(20))
         }
-        let behind = live.behind(total)
+        let behind = live.behind(targets)
         logger.info("shutdown: drained in \(ContinuousClock.now - started)\(behind > 0 ? ", \(behind) connection(s) could not take the last messages" : "")")
     }
 

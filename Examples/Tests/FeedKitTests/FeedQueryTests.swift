@@ -116,3 +116,36 @@ import Testing
         #expect(reason([0xED, 0xA0, 0x80]) != nil)  // a surrogate
     }
 }
+
+/// Topic names are PostgreSQL channels: anything but `[a-z0-9_-]{1,48}` is
+/// refused before the upgrade, with the reason.
+@Suite struct FeedTopicTests {
+    @Test func theDefaultTopicIsFeed() throws {
+        #expect(try FeedQuery(parameters: []).topic == "feed")
+        #expect(try FeedTopic.from(parameters: []) == "feed")
+    }
+
+    @Test(arguments: ["a", "room-1", "user_42", "0", String(repeating: "z", count: 48)])
+    func validNamesPass(name: String) throws {
+        #expect(try FeedQuery(parameters: [(name: "topic", value: name)]).topic == name)
+        #expect(try FeedTopic.from(parameters: [(name: "topic", value: name)]) == name)
+    }
+
+    @Test(arguments: [
+        ("", "empty"),
+        (String(repeating: "z", count: 49), "at most 48"),
+        ("Room", "a character other than"),
+        ("a b", "a character other than"),
+        ("a\"b", "a character other than"),
+        ("a;b", "a character other than"),
+        ("é", "a character other than"),
+        ("a\u{0}", "a character other than"),
+    ])
+    func badNamesAreRefusedWithAReason(name: String, reason: String) {
+        #expect {
+            try FeedTopic.validated(name)
+        } throws: { error in
+            (error as? BadFeedQuery)?.reason.contains(reason) == true
+        }
+    }
+}

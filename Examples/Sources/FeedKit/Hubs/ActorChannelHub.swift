@@ -2,56 +2,89 @@ import AsyncAlgorithms
 import Foundation
 import Logging
 
-/// The hub of Hummingbird's websocket-chat example: an actor holding an
-/// `AsyncChannel` per connection, sending to each in turn.
+/// The hub of Hummingbird's websocket-chat example, with rooms: an actor
+/// holding, per topic, an `AsyncChannel` per connection, sending to each in
+/// turn.
 ///
 /// `AsyncChannel.send` waits until that connection's reader takes the
-/// element, so one slow connection holds up the loop for everyone behind it,
-/// and the notifications queue up in front of the hub. Nothing is ever
-/// dropped, so there are no gaps to report. It LISTENs from start-up.
+/// element, so one slow connection holds up its topic's loop for everyone
+/// behind it (and, as the actor is shared, every other topic's sends wait
+/// for the actor), and the notifications queue up in front of the hub.
+/// Nothing is ever dropped, so there are no gaps to report. A topic LISTENs
+/// from its first subscriber and UNLISTENs when its last leaves.
 public final class ActorChannelHub: FeedHub {
     public let name = "actor-channel"
-    public let listening = ListenState(false)
-    private let loop: ListenLoop
-    private let connections = Connections()
+    public let listener: TopicListener
+    private let rooms: Rooms
 
-    actor Connections {
-        var channels: [UUID: AsyncChannel<FeedEvent>] = [:]
+    actor Rooms {
+        struct Room {
+            var channels: [UUID: AsyncChannel<FeedEvent>] = [:]
+            let loop: Task<Void, Never>
+        }
+        var rooms: [String: Room] = [:]
+        let listener: TopicListener
 
-        func add(_ id: UUID, _ channel: AsyncChannel<FeedEvent>) { channels[id] = channel }
-        func remove(_ id: UUID) { channels[id] = nil }
-        var count: Int { channels.count }
+        init(listener: TopicListener) { self.listener = listener }
 
-        func send(_ event: FeedEvent) async {
-            for channel in channels.values {
+        func add(_ id: UUID, _ channel: AsyncChannel<FeedEvent>, to topic: String) {
+            if rooms[topic] == nil {
+                let listener = self.listener
+                let loop = Task {
+                    await listener.listen(topic: topic) { event in await self.send(event, to: topic) }
+                }
+                rooms[topic] = Room(loop: loop)
+            }
+            rooms[topic]!.channels[id] = channel
+        }
+
+        func remove(_ id: UUID, from topic: String) {
+            guard rooms[topic]?.channels.removeValue(forKey: id) != nil else { return }
+            if rooms[topic]!.channels.isEmpty {
+                rooms.removeValue(forKey: topic)?.loop.cancel()
+            }
+        }
+
+        func count(of topic: String) -> Int { rooms[topic]?.channels.count ?? 0 }
+        var topicCount: Int { rooms.count }
+
+        func send(_ event: FeedEvent, to topic: String) async {
+            for channel in rooms[topic]?.channels.values ?? [:].values {
                 await channel.send(event)
             }
         }
+
+        func finishAll() {
+            for room in rooms.values {
+                for channel in room.channels.values { channel.finish() }
+                room.loop.cancel()
+            }
+            rooms.removeAll()
+        }
     }
 
-    public init(target: PostgresTarget, sequence: Sequencer, logger: Logger) {
-        loop = ListenLoop(target: target, listening: listening, sequence: sequence, logger: logger)
-    }
-
-    public func run() async {
-        await loop.run { event in await self.connections.send(event) }
+    public init(listener: TopicListener) {
+        self.listener = listener
+        rooms = Rooms(listener: listener)
     }
 
     public func subscribe(_ query: FeedQuery) async -> Subscription {
         let channel = AsyncChannel<FeedEvent>()
         let id = UUID()
-        await connections.add(id, channel)
-        return Subscription(channel: channel, remove: { [connections] in
+        let topic = query.topic
+        await rooms.add(id, channel, to: topic)
+        return Subscription(channel: channel, remove: { [rooms] in
             channel.finish()
-            Task { await connections.remove(id) }
+            Task { await rooms.remove(id, from: topic) }
         })
     }
 
-    public func watchOnline(_ body: @Sendable (Int) async throws -> Void) async throws {
-        while true {
-            try await body(await connections.count)
-            try await Task.sleep(for: .seconds(1))
-        }
+    public func topicCount() async -> Int { await rooms.topicCount }
+    public func subscriberCount(of topic: String) async -> Int { await rooms.count(of: topic) }
+
+    public func shutdown() async {
+        await rooms.finishAll()
+        await listener.waitUntilStopped()
     }
 
     public struct Subscription: FeedSubscription {

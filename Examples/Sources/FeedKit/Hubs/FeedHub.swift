@@ -8,30 +8,43 @@ public protocol FeedSubscription: AsyncSequence, Sendable where Element == FeedE
     func cancel()
 }
 
-/// The fan-out behind `/feed`. The server is generic over it, so the three
-/// hubs run behind the same routes, the same connection code and the same
-/// LISTEN loop, and differ only in how one event reaches many connections.
+/// The keyed fan-out behind `/feed?topic=NAME`. The server is generic over
+/// it, so the three hubs run behind the same routes, the same connection
+/// code and the same LISTENs (``TopicListener``), and differ only in how
+/// one event reaches the many connections of its topic, and in when a
+/// topic's LISTEN starts and stops.
 public protocol FeedHub: Sendable {
     associatedtype Subscription: FeedSubscription
     /// `broadcast`, `lock-stream` or `actor-channel`.
     var name: String { get }
-    /// True while the LISTEN is in place: `ready` waits for it.
-    var listening: ListenState { get }
-    /// Registers a subscriber for `query` now: every event the hub publishes
-    /// after this returns reaches it (or is counted as dropped by its policy).
+    /// The topics' LISTENs: a connection's `ready` waits for its topic's.
+    var listener: TopicListener { get }
+    /// Registers a subscriber to `query.topic` now: every event the hub
+    /// publishes to that topic after this returns reaches it (or is counted
+    /// as dropped by its policy).
     func subscribe(_ query: FeedQuery) async -> Subscription
-    /// Calls `body` with this process's connection count as it changes, at
-    /// most once a second, until the task is cancelled.
-    func watchOnline(_ body: @Sendable (Int) async throws -> Void) async throws
-    /// What the hub runs for the server's lifetime (the hand-written hubs
-    /// LISTEN from start-up; the broadcast hub starts nothing here: its
-    /// sequence starts and stops the LISTEN with its subscribers).
-    func run() async
-    /// Ends every subscription and closes the hub's database connections,
-    /// returning once they are closed. Called after the server stopped.
+    /// Topics live now: with a subscriber, or (broadcast) within the 5 s
+    /// after their last left.
+    func topicCount() async -> Int
+    /// Connections of this process subscribed to `topic`.
+    func subscriberCount(of topic: String) async -> Int
+    /// Ends every subscription and stops every LISTEN, returning once the
+    /// LISTEN connection has nothing left to do. Called after the server stopped.
     func shutdown() async
 }
 
 extension FeedHub {
-    public func shutdown() async {}
+    /// Calls `body` with this process's connection count on `topic` when it
+    /// changes, at most once a second, until the task is cancelled.
+    public func watchOnline(topic: String, _ body: @Sendable (Int) async throws -> Void) async throws {
+        var last = -1
+        while true {
+            let count = await subscriberCount(of: topic)
+            if count != last {
+                try await body(count)
+                last = count
+            }
+            try await Task.sleep(for: .seconds(1))
+        }
+    }
 }

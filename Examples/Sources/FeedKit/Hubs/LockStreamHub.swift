@@ -2,19 +2,26 @@ import Foundation
 import Logging
 import Synchronization
 
-/// The hub most people write first: a lock around a dictionary of
-/// `AsyncStream` continuations, yielding to each under the lock.
+/// The hub most people write first: a lock around a dictionary of topics,
+/// each a dictionary of `AsyncStream` continuations, yielding to each under
+/// the lock.
 ///
 /// Kept faithful to that pattern (including the yields under the lock), with
 /// the fairness fixes a careful author adds: `.dropped` yields are counted, so
 /// gaps are reported, and `onTermination` removes the entry. AsyncStream has
 /// no `.bounded`: that policy gets `.unbounded` (the eviction watchdog still
-/// applies). It LISTENs from start-up: it has no subscriber-driven start.
+/// applies). A topic LISTENs from its first subscriber and UNLISTENs when its
+/// last leaves, at once (no delay: writing one is where such hubs get their
+/// races; this one keeps the common race instead, see ``subscribe(_:)``).
 public final class LockStreamHub: FeedHub {
     public let name = "lock-stream"
-    public let listening = ListenState(false)
-    private let loop: ListenLoop
-    private let subscribers = Mutex<[UUID: Entry]>([:])
+    public let listener: TopicListener
+    private let rooms = Mutex<[String: Room]>([:])
+
+    struct Room: Sendable {
+        var entries: [UUID: Entry] = [:]
+        let loop: Task<Void, Never>
+    }
 
     struct Entry: Sendable {
         let continuation: AsyncStream<FeedEvent>.Continuation
@@ -27,17 +34,13 @@ public final class LockStreamHub: FeedHub {
         let held = Atomic<Int>(0)
     }
 
-    public init(target: PostgresTarget, sequence: Sequencer, logger: Logger) {
-        loop = ListenLoop(target: target, listening: listening, sequence: sequence, logger: logger)
+    public init(listener: TopicListener) {
+        self.listener = listener
     }
 
-    public func run() async {
-        await loop.run { event in self.publish(event) }
-    }
-
-    func publish(_ event: FeedEvent) {
-        subscribers.withLock { subscribers in
-            for entry in subscribers.values {
+    func publish(_ event: FeedEvent, to topic: String) {
+        rooms.withLock { rooms in
+            for entry in rooms[topic]?.entries.values ?? [:].values {
                 switch entry.continuation.yield(event) {
                 case .enqueued:
                     entry.counters.held.add(1, ordering: .relaxed)
@@ -53,6 +56,12 @@ public final class LockStreamHub: FeedHub {
         }
     }
 
+    /// The first subscriber of a topic starts its LISTEN loop; the last one
+    /// to leave cancels it. A LISTEN restarted at once after a stop is in
+    /// place again only when its loop gets there: until then the new
+    /// subscriber's `ready` waits for it (so nothing is lost here; the
+    /// hand-written race is in the old loop's UNLISTEN, which the listener
+    /// counts per loop).
     public func subscribe(_ query: FeedQuery) -> Subscription {
         let policy: AsyncStream<FeedEvent>.Continuation.BufferingPolicy =
             switch query.policy {
@@ -62,21 +71,41 @@ public final class LockStreamHub: FeedHub {
             }
         let (stream, continuation) = AsyncStream.makeStream(of: FeedEvent.self, bufferingPolicy: policy)
         let id = UUID()
+        let topic = query.topic
         let counters = Counters()
         continuation.onTermination = { [weak self] _ in
-            _ = self?.subscribers.withLock { $0.removeValue(forKey: id) }
+            guard let self else { return }
+            let stopped: Task<Void, Never>? = rooms.withLock { rooms in
+                guard var room = rooms[topic], room.entries.removeValue(forKey: id) != nil else { return nil }
+                if room.entries.isEmpty {
+                    rooms[topic] = nil
+                    return room.loop
+                }
+                rooms[topic] = room
+                return nil
+            }
+            stopped?.cancel()
         }
-        subscribers.withLock { $0[id] = Entry(continuation: continuation, counters: counters, policy: query.policy) }
+        let listener = self.listener
+        rooms.withLock { rooms in
+            if rooms[topic] == nil {
+                let loop = Task {
+                    await listener.listen(topic: topic) { event in self.publish(event, to: topic) }
+                }
+                rooms[topic] = Room(loop: loop)
+            }
+            rooms[topic]!.entries[id] = Entry(continuation: continuation, counters: counters, policy: query.policy)
+        }
         return Subscription(stream: stream, continuation: continuation, counters: counters)
     }
 
-    public var count: Int { subscribers.withLock { $0.count } }
+    public func topicCount() -> Int { rooms.withLock { $0.count } }
+    public func subscriberCount(of topic: String) -> Int { rooms.withLock { $0[topic]?.entries.count ?? 0 } }
 
-    public func watchOnline(_ body: @Sendable (Int) async throws -> Void) async throws {
-        while true {
-            try await body(count)
-            try await Task.sleep(for: .seconds(1))
-        }
+    public func shutdown() async {
+        let continuations = rooms.withLock { rooms in rooms.values.flatMap { $0.entries.values.map(\.continuation) } }
+        for continuation in continuations { continuation.finish() }  // each removes itself, the last its loop
+        await listener.waitUntilStopped()
     }
 
     public struct Subscription: FeedSubscription {
