@@ -397,6 +397,7 @@ final class TopicsProgram {
             model.leave(s.model)
         }
         slots = []
+        settle()  // the stop timers asleep on the clock before it moves
         clock.advance(by: .seconds(10))
         model.advance(by: 10)
         settle()
