@@ -61,11 +61,12 @@ public func fuzzTopics(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
 struct Observed: Equatable, CustomStringConvertible {
     var logs: [[ListenerEvent]] = []
     var sleepers = 0
-    var topicCount = 0
+    var counters = TopicsCounters()
+    var holding: [Bool] = []
     var violations: [String] = []
 
     var description: String {
-        "logs \(logs.enumerated().map { "\($0.offset): \($0.element)" }), clock sleepers \(sleepers), topicCount \(topicCount)"
+        "logs \(logs.enumerated().map { "\($0.offset): \($0.element)" }), clock sleepers \(sleepers), topics (live \(counters.live), retiring \(counters.retiring), blockedStarts \(counters.blockedStarts)), held unregisters \(holding)"
             + (violations.isEmpty ? "" : ", violations \(violations)")
     }
 }
@@ -147,7 +148,7 @@ final class TopicsProgram {
             FuzzWeakMemory.drain(FuzzWeakMemory.driver)
             return
         }
-        switch raw % 17 {
+        switch raw % 18 {
         case 0, 1, 2:
             let topic = input.below(topicSpace)
             guard slots.count < slotLimit else { return }
@@ -160,8 +161,11 @@ final class TopicsProgram {
             slots.append(Slot(subscription: subscription, model: m))
         case 3, 4:
             guard let index = slot(input.byte()) else { return }
+            // Not while the topic's unregister is held (it would make the
+            // held stop's outcome depend on the race).
+            guard !model.topics[slots[index].model.topic].held else { return }
             let s = slots.remove(at: index)
-            let cancel = raw % 17 == 3
+            let cancel = raw % 18 == 3
             trace.add(cancel ? "\(s.model.name).cancel(), released" : "release \(s.model.name)")
             if cancel { s.subscription.cancel() }
             model.leave(s.model)
@@ -212,6 +216,7 @@ final class TopicsProgram {
             emit(to: topic)
         case 12:
             let topic = input.below(topicSpace)
+            guard !model.topics[topic].held else { return }
             trace.add("finish(topic: \(topic))")
             t.finish(topic: topic)
             model.finish(topic: topic)
@@ -221,11 +226,21 @@ final class TopicsProgram {
             clock.advance(by: .seconds(seconds))
             model.advance(by: seconds)
         case 14:
-            let topic = input.below(topicSpace)
+            let byte = input.byte()
+            let topic = byte % topicSpace
             guard model.isListener else { return }
-            trace.add("arm topic \(topic): its next unregister subscribes to it and sends")
-            listener.armed.withLock { $0[topic] = true }
-            model.topics[topic].armed = true
+            if (byte >> 2) & 3 == 2 {
+                // One hold at a time: a held unregister blocks a thread of
+                // the cooperative pool (two on a 2-core machine).
+                guard model.stopAfter! > 0, !model.anyHold else { return }
+                trace.add("hold topic \(topic): its next stop timer's unregister blocks until released")
+                listener.holdArmed.withLock { $0[topic] = true }
+                model.topics[topic].holdArmed = true
+            } else {
+                trace.add("arm topic \(topic): its next unregister subscribes to it and sends")
+                listener.armed.withLock { $0[topic] = true }
+                model.topics[topic].armed = true
+            }
         case 15:
             let byte = input.byte()
             let topic = byte % topicSpace
@@ -242,9 +257,13 @@ final class TopicsProgram {
                 let expected = model.send(id, to: topic)
                 compare(actual, expected, "sink.send(#\(id)) of topic \(topic)")
             }
+        case 17:
+            guard model.topics.contains(where: \.held) else { return }
+            trace.add("release the held unregister")
+            releaseHolds()
         default:
             // Rare: ends the interesting part of the program.
-            guard input.byte() < 32 else { return }
+            guard input.byte() < 32, !model.topics.contains(where: \.held) else { return }
             trace.add("finish()")
             t.finish()
             model.finishAll()
@@ -314,6 +333,12 @@ final class TopicsProgram {
         compare(actual, model.send(id, to: topic), "emit(#\(id), to: \(topic))")
     }
 
+    func releaseHolds() {
+        let held = model.topics.indices.filter { model.topics[$0].held }
+        listener.released.withLock { released in for topic in held { released[topic] = true } }
+        model.releaseHolds()
+    }
+
     /// The subscriptions armed unregister closures made.
     func pickUpInner() {
         for m in model.newInner {
@@ -331,7 +356,8 @@ final class TopicsProgram {
         var o = Observed()
         o.logs = listener.logs.value
         o.sleepers = clock.sleeperCount
-        if let topics { o.topicCount = topics.topicCount }
+        if let topics { o.counters = topics.topicsCounters }
+        o.holding = listener.holding.value
         o.violations = listener.violations.value
         return o
     }
@@ -340,7 +366,10 @@ final class TopicsProgram {
         var o = Observed()
         o.logs = model.topics.map(\.log)
         o.sleepers = model.pendingTimers
-        o.topicCount = topics == nil ? 0 : model.liveTopicCount
+        // No retiring generation and no blocked start outlives a step: an
+        // unregister that the driver's step ran has returned.
+        o.counters = TopicsCounters(live: topics == nil ? 0 : model.liveTopicCount)
+        o.holding = model.topics.map(\.held)
         return o
     }
 
@@ -388,9 +417,19 @@ final class TopicsProgram {
     // MARK: Epilogue
 
     func epilogue() {
-        // Disarmed: the last stops make no new subscribers.
+        if model.topics.contains(where: \.held) {
+            trace.add("(epilogue) release the held unregister")
+            releaseHolds()
+            settle()
+            pickUpInner()
+        }
+        // Disarmed: the last stops make no new subscribers and do not block.
         listener.armed.withLock { $0 = Array(repeating: false, count: topicSpace) }
-        for topic in 0..<topicSpace { model.topics[topic].armed = false }
+        listener.holdArmed.withLock { $0 = Array(repeating: false, count: topicSpace) }
+        for topic in 0..<topicSpace {
+            model.topics[topic].armed = false
+            model.topics[topic].holdArmed = false
+        }
         trace.add("(epilogue) cancel every subscription, advance the clock past stopAfter")
         for s in slots {
             s.subscription.cancel()

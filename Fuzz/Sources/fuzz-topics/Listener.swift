@@ -1,6 +1,9 @@
 @_spi(Testing) import AsyncBroadcast
 import AsyncBroadcastTestSupport
 import FuzzKit
+#if canImport(Glibc)
+import Glibc
+#endif
 
 // The fake listener of the fuzzed `BroadcastTopics` (its
 // `register(topic, sink)` and the unregister closures it returns) and the
@@ -65,6 +68,15 @@ final class Listener: @unchecked Sendable {
     let sinks: Locked<[Sink?]>
     /// Per topic: the next unregister subscribes and sends (set by the driver).
     let armed: Locked<[Bool]>
+    /// Per topic: the next unregister that runs off the driver's thread (a
+    /// stop timer's) blocks until the driver releases it (set by the driver).
+    let holdArmed: Locked<[Bool]>
+    /// Per topic: an unregister is blocked in its hold.
+    let holding: Locked<[Bool]>
+    /// Per topic: the driver lets the blocked unregister go on.
+    let released: Locked<[Bool]>
+    /// The thread that runs the program.
+    let driverThread = pthread_self()
     /// Per topic: how many inner subscribes it made (names them).
     let innerSerial: Locked<[Int]>
     /// Inner subscriptions, by name, for the driver to pick up.
@@ -82,6 +94,9 @@ final class Listener: @unchecked Sendable {
         sinks = Locked(Array(repeating: nil, count: topicCount))
         armed = Locked(Array(repeating: false, count: topicCount))
         innerSerial = Locked(Array(repeating: 0, count: topicCount))
+        holdArmed = Locked(Array(repeating: false, count: topicCount))
+        holding = Locked(Array(repeating: false, count: topicCount))
+        released = Locked(Array(repeating: false, count: topicCount))
         busy = Locked(Array(repeating: nil, count: topicCount))
     }
 
@@ -104,6 +119,22 @@ final class Listener: @unchecked Sendable {
         busy.withLock { busy in if busy[topic] == what { busy[topic] = nil } }
     }
 
+    /// Blocks a stop timer's unregister while the driver subscribes to and
+    /// sends to its topic (a real thread racing the stop).
+    private func hold(_ topic: Int) {
+        holding.withLock { $0[topic] = true }
+        let start = ContinuousClock.now
+        while !released.withLock({ $0[topic] }) {
+            if ContinuousClock.now - start > .seconds(20) {
+                violations.withLock { $0.append("topic \(topic): a held unregister was never released (a driver hang)") }
+                break
+            }
+            usleep(20)
+        }
+        released.withLock { $0[topic] = false }
+        holding.withLock { $0[topic] = false }
+    }
+
     func register(_ topic: Int, _ sink: Sink) -> @Sendable () -> Void {
         enter(topic, "register")
         logs.withLock { $0[topic].append(.register) }
@@ -116,6 +147,10 @@ final class Listener: @unchecked Sendable {
                 return
             }
             enter(topic, "unregister")
+            if pthread_equal(pthread_self(), driverThread) == 0,
+               holdArmed.withLock({ armed in defer { armed[topic] = false }; return armed[topic] }) {
+                hold(topic)
+            }
             var action: InnerAction? = nil
             let isArmed = armed.withLock { armed in defer { armed[topic] = false }; return armed[topic] }
             if isArmed, let topics {

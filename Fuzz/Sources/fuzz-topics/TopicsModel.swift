@@ -63,6 +63,11 @@ struct TopicModel {
     /// The next unregister makes an inner subscribe and send.
     var armed = false
     var innerSerial = 0
+    /// Its next stop timer's unregister blocks until the driver releases it.
+    var holdArmed = false
+    /// Its unregister is running, blocked on a stop timer's thread: the
+    /// topic is still live (a subscriber lands on it), its run stopping.
+    var held = false
     var log: [ListenerEvent] = []
 }
 
@@ -118,7 +123,7 @@ final class TopicsModel {
     /// run registers (the subscriber's own thread, before subscribe returns).
     func startRuns() {
         guard isListener else { return }
-        for t in 0..<topicCount where topics[t].live && !topics[t].subscribers.isEmpty && !topics[t].running {
+        for t in 0..<topicCount where topics[t].live && !topics[t].subscribers.isEmpty && !topics[t].running && !topics[t].held {
             start(t)
         }
     }
@@ -154,9 +159,19 @@ final class TopicsModel {
     /// Runs topic `t`'s unregister (with its inner action), then retires the
     /// topic or starts its run again.
     func stop(_ t: Int, finished: Bool) {
+        beginStop(t)
+        endStop(t, finished: finished)
+    }
+
+    func beginStop(_ t: Int) {
         precondition(topics[t].running, "the model stops a run that is not running")
         topics[t].running = false
         topics[t].stopDeadline = nil
+    }
+
+    /// The unregister (after its hold, if any) and what follows it.
+    func endStop(_ t: Int, finished: Bool) {
+        topics[t].held = false
         if finished {
             for s in topics[t].subscribers { s.ended = true }
             topics[t].subscribers = []
@@ -236,9 +251,22 @@ final class TopicsModel {
         now += seconds
         for t in 0..<topicCount {
             if let deadline = topics[t].stopDeadline, deadline <= now {
-                stop(t, finished: false)
+                if topics[t].holdArmed {
+                    topics[t].holdArmed = false
+                    beginStop(t)
+                    topics[t].held = true
+                } else {
+                    stop(t, finished: false)
+                }
             }
         }
+    }
+
+    var anyHold: Bool { topics.contains { $0.held || $0.holdArmed } }
+
+    /// The driver lets every held unregister go on.
+    func releaseHolds() {
+        for t in 0..<topicCount where topics[t].held { endStop(t, finished: false) }
     }
 
     func dump() -> String {
@@ -246,7 +274,7 @@ final class TopicsModel {
         for (t, m) in topics.enumerated() {
             out += "  topic \(t): live \(m.live), subscribers \(m.subscribers.map { "\($0.name)\($0.queue)" }), replay \(m.replay)"
             if isListener {
-                out += ", running \(m.running), stopDeadline \(m.stopDeadline.map(String.init) ?? "-"), armed \(m.armed), log \(m.log)"
+                out += ", running \(m.running), held \(m.held), holdArmed \(m.holdArmed), stopDeadline \(m.stopDeadline.map(String.init) ?? "-"), armed \(m.armed), log \(m.log)"
             }
             out += "\n"
         }
