@@ -63,10 +63,11 @@ struct Observed: Equatable, CustomStringConvertible {
     var sleepers = 0
     var counters = TopicsCounters()
     var holding: [Bool] = []
+    var helpers = 0
     var violations: [String] = []
 
     var description: String {
-        "logs \(logs.enumerated().map { "\($0.offset): \($0.element)" }), clock sleepers \(sleepers), topics (live \(counters.live), retiring \(counters.retiring), blockedStarts \(counters.blockedStarts)), held unregisters \(holding)"
+        "logs \(logs.enumerated().map { "\($0.offset): \($0.element)" }), clock sleepers \(sleepers), topics (live \(counters.live), retiring \(counters.retiring), blockedStarts \(counters.blockedStarts)), held unregisters \(holding), finish(topic:) tasks running \(helpers)"
             + (violations.isEmpty ? "" : ", violations \(violations)")
     }
 }
@@ -215,8 +216,13 @@ final class TopicsProgram {
             let topic = input.below(topicSpace)
             emit(to: topic)
         case 12:
-            let topic = input.below(topicSpace)
+            let byte = input.byte()
+            let topic = byte % topicSpace
             guard !model.topics[topic].held else { return }
+            if (byte >> 2) & 3 == 3, model.isListener, model.topics[topic].running, !model.anyHold {
+                heldFinish(topic)
+                break
+            }
             trace.add("finish(topic: \(topic))")
             t.finish(topic: topic)
             model.finish(topic: topic)
@@ -333,6 +339,23 @@ final class TopicsProgram {
         compare(actual, model.send(id, to: topic), "emit(#\(id), to: \(topic))")
     }
 
+    /// `finish(topic:)` on a task of its own, whose unregister blocks until
+    /// the driver releases it: meanwhile the driver subscribes to the topic
+    /// (a new generation, its start blocked) and sends to it.
+    func heldFinish(_ topic: Int) {
+        trace.add("finish(topic: \(topic)) in a detached task, its unregister held until released")
+        listener.holdArmed.withLock { $0[topic] = true }
+        listener.helpers.withLock { $0 += 1 }
+        let topics = t
+        let listener = listener
+        FuzzWeakMemory.drain(FuzzWeakMemory.driver)  // creating the task
+        Task.detached {
+            topics.finish(topic: topic)
+            listener.helpers.withLock { $0 -= 1 }
+        }
+        model.beginHeldFinish(topic)
+    }
+
     func releaseHolds() {
         let held = model.topics.indices.filter { model.topics[$0].held }
         listener.released.withLock { released in for topic in held { released[topic] = true } }
@@ -358,6 +381,7 @@ final class TopicsProgram {
         o.sleepers = clock.sleeperCount
         if let topics { o.counters = topics.topicsCounters }
         o.holding = listener.holding.value
+        o.helpers = listener.helpers.value
         o.violations = listener.violations.value
         return o
     }
@@ -366,10 +390,11 @@ final class TopicsProgram {
         var o = Observed()
         o.logs = model.topics.map(\.log)
         o.sleepers = model.pendingTimers
-        // No retiring generation and no blocked start outlives a step: an
-        // unregister that the driver's step ran has returned.
-        o.counters = TopicsCounters(live: topics == nil ? 0 : model.liveTopicCount)
+        // No retiring generation and no blocked start outlives a step (an
+        // unregister that the step ran has returned), but a held one.
+        o.counters = topics == nil ? TopicsCounters() : model.counters
         o.holding = model.topics.map(\.held)
+        o.helpers = model.topics.filter(\.heldFinished).count
         return o
     }
 
@@ -411,6 +436,7 @@ final class TopicsProgram {
                         "subscriberCount(of: \(topic))", trace, details: model.dump())
         }
         expectEqual(topics.topicCount, model.liveTopicCount, "topicCount", trace, details: model.dump())
+        expectEqual(topics.topicsCounters, model.counters, "topicsCounters", trace, details: model.dump())
         expectEqual(topics.isFinished, model.finishedAll, "isFinished", trace, details: model.dump())
     }
 

@@ -75,6 +75,8 @@ final class Listener: @unchecked Sendable {
     let holding: Locked<[Bool]>
     /// Per topic: the driver lets the blocked unregister go on.
     let released: Locked<[Bool]>
+    /// `finish(topic:)` calls running in a task of their own.
+    let helpers = Locked(0)
     /// The thread that runs the program.
     let driverThread = pthread_self()
     /// Per topic: how many inner subscribes it made (names them).

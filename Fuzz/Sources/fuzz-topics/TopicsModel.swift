@@ -1,4 +1,4 @@
-import AsyncBroadcast
+@_spi(Testing) import AsyncBroadcast
 import FuzzKit
 
 // The reference model of `BroadcastTopics` (plain arrays and flags, written
@@ -68,6 +68,9 @@ struct TopicModel {
     /// Its unregister is running, blocked on a stop timer's thread: the
     /// topic is still live (a subscriber lands on it), its run stopping.
     var held = false
+    /// The held unregister is `finish(topic:)`'s (on a task of its own):
+    /// the topic's generation is finished and retiring, a new one waits.
+    var heldFinished = false
     var log: [ListenerEvent] = []
 }
 
@@ -172,6 +175,7 @@ final class TopicsModel {
     /// The unregister (after its hold, if any) and what follows it.
     func endStop(_ t: Int, finished: Bool) {
         topics[t].held = false
+        topics[t].heldFinished = false
         if finished {
             for s in topics[t].subscribers { s.ended = true }
             topics[t].subscribers = []
@@ -262,6 +266,25 @@ final class TopicsModel {
         }
     }
 
+    /// `finish(topic:)` on a task of its own, its unregister held: the
+    /// subscribers end and the topic goes at once; a subscriber meanwhile
+    /// starts a new topic whose `register` waits for the release.
+    func beginHeldFinish(_ t: Int) {
+        beginStop(t)
+        for s in topics[t].subscribers { s.ended = true }
+        topics[t].subscribers = []
+        retire(t)
+        topics[t].held = true
+        topics[t].heldFinished = true
+    }
+
+    /// What `topicsCounters` shows.
+    var counters: TopicsCounters {
+        let retiring = topics.filter(\.heldFinished)
+        return TopicsCounters(live: liveTopicCount, retiring: retiring.count,
+                              blockedStarts: retiring.filter(\.live).count)
+    }
+
     var anyHold: Bool { topics.contains { $0.held || $0.holdArmed } }
 
     /// The driver lets every held unregister go on.
@@ -274,7 +297,7 @@ final class TopicsModel {
         for (t, m) in topics.enumerated() {
             out += "  topic \(t): live \(m.live), subscribers \(m.subscribers.map { "\($0.name)\($0.queue)" }), replay \(m.replay)"
             if isListener {
-                out += ", running \(m.running), held \(m.held), holdArmed \(m.holdArmed), stopDeadline \(m.stopDeadline.map(String.init) ?? "-"), armed \(m.armed), log \(m.log)"
+                out += ", running \(m.running), held \(m.held)\(m.heldFinished ? " (finish)" : ""), holdArmed \(m.holdArmed), stopDeadline \(m.stopDeadline.map(String.init) ?? "-"), armed \(m.armed), log \(m.log)"
             }
             out += "\n"
         }
