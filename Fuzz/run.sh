@@ -57,7 +57,7 @@ while [[ $# -gt 0 ]]; do
         --sc) memory="sc"; shift ;;
         --strict) strict="all"; shift ;;
         --strict=*) strict="${1#--strict=}"; shift ;;
-        -h|--help) sed -n '2,40p' "$(basename "$0")"; exit 0 ;;
+        -h|--help) sed -n '2,43p' "$(basename "$0")"; exit 0 ;;
         *) break ;;
     esac
 done
