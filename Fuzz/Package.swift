@@ -59,5 +59,15 @@ let package = Package(
             ],
             swiftSettings: fuzzerSettings
         ),
+        .executableTarget(
+            name: "fuzz-topics",
+            dependencies: [
+                "FuzzKit",
+                .product(name: "AsyncBroadcast", package: libraryPackage),
+                // `ManualClock` (stop timers) and `ManualExecutor` (emit).
+                .product(name: "AsyncBroadcastTestSupport", package: libraryPackage),
+            ],
+            swiftSettings: fuzzerSettings
+        ),
     ]
 )

@@ -31,6 +31,8 @@ checks=(
     "SHARING_SKIP_STOP share a shared sequence never stops a run (no unregister, no task cancellation)"
     "SHARING_STALE_DELIVERY share a stopped run's sink or upstream task still delivers"
     "COUNTS_SKIP_REMOVAL share subscriberCounts misses the changes made by subscribers leaving"
+    "TOPIC_RETIRES_BUSY topics a topic is dropped on a notice without checking that it is idle (a subscriber left on a sequence no send reaches)"
+    "TOPIC_STARTS_UNBLOCKED topics a topic's new generation registers its listener while the previous unregister runs"
 )
 
 # ordering          target  what it breaks (only those the target finds 3 runs out of 3)

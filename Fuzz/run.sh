@@ -10,11 +10,14 @@
 #                    on the deterministic executor)
 #             share  sharing an upstream: start/stop of runs (register
 #                    listeners, upstream tasks, stop timers on a manual clock)
+#             topics BroadcastTopics: topic lifetime (subscribe racing the
+#                    last cancel, stop timers, finish(topic:), listeners)
 #   SECONDS   fuzzing time (default 60)
 #   --fault FLAG   build the library with -DASYNCBROADCAST_FAULT_<FLAG>
 #                  (MISCOUNT_EVICTION, SKIP_WAKE, LEAK_SUBSCRIBER, DROP_EMIT,
 #                  VALUE_SKIP_WAKE, VALUE_DUPLICATE, SHARING_SKIP_STOP,
-#                  SHARING_STALE_DELIVERY, COUNTS_SKIP_REMOVAL);
+#                  SHARING_STALE_DELIVERY, COUNTS_SKIP_REMOVAL,
+#                  TOPIC_RETIRES_BUSY, TOPIC_STARTS_UNBLOCKED);
 #                  a finding is then the expected outcome (see fault-check.sh)
 #   --sc      build the old, sequentially consistent way (every atomic is a
 #             real C11 atomic; also FUZZ_MEMORY=sc). The default builds the
@@ -54,7 +57,7 @@ while [[ $# -gt 0 ]]; do
         --sc) memory="sc"; shift ;;
         --strict) strict="all"; shift ;;
         --strict=*) strict="${1#--strict=}"; shift ;;
-        -h|--help) sed -n '2,40p' "$(basename "$0")"; exit 0 ;;
+        -h|--help) sed -n '2,43p' "$(basename "$0")"; exit 0 ;;
         *) break ;;
     esac
 done
@@ -63,8 +66,8 @@ seconds="${2:-60}"
 shift $(( $# >= 2 ? 2 : $# ))
 [[ "${1:-}" == "--" ]] && shift
 case "$target" in
-    seq|sched|value|share) ;;
-    *) echo "usage: $0 [--sc] [--fault FLAG | --remove-ordering NAME] [--strict] seq|sched|value|share [SECONDS] [-- LIBFUZZER_ARGS...]" >&2; exit 2 ;;
+    seq|sched|value|share|topics) ;;
+    *) echo "usage: $0 [--sc] [--fault FLAG | --remove-ordering NAME] [--strict] seq|sched|value|share|topics [SECONDS] [-- LIBFUZZER_ARGS...]" >&2; exit 2 ;;
 esac
 case "$memory" in
     weak|wm) memory="weak" ;;
