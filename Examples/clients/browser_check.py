@@ -9,7 +9,11 @@
 Opens the page in a 1000x700 window, waits until #status reads `ready`, publishes three
 messages by typing into #publish-text and clicking #publish-button and a fourth with
 POST /publish from Python, waits until all four are in #messages (newest first), checks
-that #online shows a count of at least 1, and saves a screenshot.
+that #online shows a count of at least 1, and saves a screenshot. Then topics: a bad
+name in #topic is refused on the page (#topic-error), switching to `room-1` reconnects
+(#current-topic, #status `ready`, feed's messages gone); a message POSTed to room-1 shows, one
+POSTed to `feed` does not (proved by a later room-1 message showing without it), one
+typed on the page goes to room-1; and the page opened as `/?topic=room-2` is on room-2.
 
 Prints `PASS name` or `FAIL name: reason` per check and `N passed, N failed` last;
 exits 1 if any check failed. Uses /usr/bin/chromium and /usr/bin/chromedriver
@@ -37,11 +41,11 @@ CHROMEDRIVER = os.environ.get("CHROMEDRIVER", "/usr/bin/chromedriver")
 
 
 
-def post_publish(server: str, text: str, timeout: float) -> int:
+def post_publish(server: str, text: str, timeout: float, path: str = "/publish") -> int:
     host, _, port = server.rpartition(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=timeout)
     try:
-        conn.request("POST", "/publish", body=text.encode(), headers={"Content-Type": "text/plain; charset=utf-8"})
+        conn.request("POST", path, body=text.encode(), headers={"Content-Type": "text/plain; charset=utf-8"})
         response = conn.getresponse()
         response.read()
         return response.status
@@ -174,11 +178,107 @@ def run(args: argparse.Namespace, checks: Checks) -> None:
                 is_png = file.read(8) == b"\x89PNG\r\n\x1a\n"
             checks.check("screenshot", ok and is_png, f"could not write {path}")
             print(f"info: screenshot {path}", flush=True)
+
+        check_topics(driver, args, checks, left, expected)
     finally:
         try:
             driver.quit()
         except Exception:  # noqa: BLE001 - quitting at the end
             pass
+
+
+def check_topics(driver: webdriver.Chrome, args: argparse.Namespace, checks: Checks, left, on_feed: list[str]) -> None:
+    """`on_feed`: the messages the page showed on `feed`, which the switch must clear."""
+    run_id = uuid.uuid4().hex[:6]
+    missing = [i for i in ("topic", "topic-button", "topic-error", "current-topic") if not driver.find_elements(By.ID, i)]
+    if not checks.check("topic-box", not missing and text_of(driver, "current-topic") == "feed",
+                        f"no element with id {', '.join(missing)}" if missing
+                        else f"#current-topic reads {text_of(driver, 'current-topic')!r}, not 'feed'"):
+        return
+
+    def enter_topic(name: str) -> None:
+        field = driver.find_element(By.ID, "topic")
+        field.clear()
+        field.send_keys(name)
+        driver.find_element(By.ID, "topic-button").click()
+
+    def on_topic(name: str) -> bool:
+        # Switching sets #current-topic and #status `connecting` together: `ready` after that is the new socket's.
+        return text_of(driver, "current-topic") == name and text_of(driver, "status") == "ready"
+
+    # A bad name is refused on the page, which stays where it was.
+    enter_topic("Room 1")
+    error = text_of(driver, "topic-error")
+    checks.check("topic-bad-refused", error.strip() != "" and on_topic("feed"),
+                 f"#topic-error {error!r}, #current-topic {text_of(driver, 'current-topic')!r}, "
+                 f"#status {text_of(driver, 'status')!r}")
+
+    enter_topic("room-1")
+    try:
+        WebDriverWait(driver, min(left(), 15)).until(lambda d: on_topic("room-1"))
+        # The list starts afresh (a replay of room-1's last message may be in it, nothing of feed's).
+        stale = [t for t in on_feed if any(t in item for item in message_texts(driver))]
+        ok = not stale and text_of(driver, "topic-error") == ""
+        checks.check("topic-switch", ok, f"after the switch #messages still shows {stale[:2]}, "
+                     f"#topic-error {text_of(driver, 'topic-error')!r}")
+    except TimeoutException:
+        checks.check("topic-switch", False, f"#current-topic {text_of(driver, 'current-topic')!r}, "
+                     f"#status {text_of(driver, 'status')!r}")
+        return
+
+    def publish(text: str, path: str) -> bool:
+        try:
+            status = post_publish(args.server, text, min(left(), 10), path)
+        except OSError as error:
+            checks.check(f"topic-publish {path}", False, f"POST {path}: {error}")
+            return False
+        return checks.check(f"topic-publish {path}", status == 200, f"POST {path} answered {status}")
+
+    def wait_shown(text: str, seconds: float) -> bool:
+        try:
+            WebDriverWait(driver, min(left(), seconds)).until(
+                lambda d: any(text in item for item in message_texts(d)))
+            return True
+        except TimeoutException:
+            return False
+
+    first = f"room-1 message A ({run_id})"
+    if publish(first, "/publish?topic=room-1"):
+        checks.check("topic-message-shown", wait_shown(first, 15), f"{first!r} not in #messages after 15 s")
+
+    # One to `feed` (no topic parameter), then one to room-1: once the later one shows,
+    # the earlier one would have too (one LISTEN connection, in commit order).
+    other = f"feed message B ({run_id})"
+    later = f"room-1 message C ({run_id})"
+    if publish(other, "/publish") and publish(later, "/publish?topic=room-1"):
+        shown_later = wait_shown(later, 15)
+        items = message_texts(driver)
+        leaked = any(other in item for item in items)
+        checks.check("topic-isolation: no message of another topic on the page", shown_later and not leaked,
+                     f"{later!r} not shown after 15 s" if not shown_later
+                     else f"{other!r}, published to feed, shows on the page on room-1")
+
+    typed = f"typed on room-1 ({run_id})"
+    field = driver.find_element(By.ID, "publish-text")
+    field.clear()
+    field.send_keys(typed)
+    driver.find_element(By.ID, "publish-button").click()
+    checks.check("topic-publish-from-page", wait_shown(typed, 15),
+                 f"{typed!r} not shown on room-1 ({text_of(driver, 'publish-result')!r})")
+
+    # The page's URL names the topic.
+    url = f"http://{args.server}/?topic=room-2"
+    driver.get(url)
+    try:
+        WebDriverWait(driver, min(left(), 15)).until(lambda d: on_topic("room-2"))
+        third = f"room-2 message D ({run_id})"
+        shown = publish(third, "/publish?topic=room-2") and wait_shown(third, 15)
+        value = driver.find_element(By.ID, "topic").get_attribute("value")
+        checks.check("topic-from-url", shown and value == "room-2",
+                     f"#topic reads {value!r}" if shown else f"{third!r} not shown")
+    except TimeoutException:
+        checks.check("topic-from-url", False, f"{url}: #current-topic {text_of(driver, 'current-topic')!r}, "
+                     f"#status {text_of(driver, 'status')!r}")
 
 
 def main() -> int:

@@ -16,8 +16,19 @@ so that the server's subscription policy, not TCP, has to absorb them. The fast 
 p99 end-to-end latency (publisher's `sent` to receipt) must stay under --max-p99-ms:
 a slow client must not hold the others back.
 
+With --topics N (N >= 2), a topic section follows (or runs alone with --only-topics):
+once no server LISTENs on anything, clients join topic `feed` (no `topic` parameter) and
+N-1 topics of this run, on every server (the last topic on the first server only), and
+--topic-messages messages go round-robin to the topics (topic-less POSTs for `feed`) and
+the servers. Every client must get its own topic's messages, all and in order, and none
+of another topic's; each server's /stats `listeningTopics` must equal the topics of its
+clients while they are connected and return to 0 (within 15 s) once they have left.
+Bad topics (`Room`, `a b`, 49 characters, empty) get a 400 on both `GET /feed` (with
+Upgrade headers: no upgrade; the plain GET gives the one-line reason) and `POST /publish`
+(a one-line reason and `Connection: close`).
+
 Prints `PASS name` or `FAIL name: reason` per check and `N passed, N failed` last;
-exits 1 if any check failed. Every wait is bounded by --timeout (whole run).
+exits 1 if any check failed. Every wait is bounded by --timeout (per section).
 """
 from __future__ import annotations
 
@@ -50,6 +61,9 @@ BAD_QUERIES = [
     "capacity=1000001",
 ]
 STATS_KEYS = ["subscribers", "delivered", "dropped", "evicted", "rssBytes"]
+DEFAULT_TOPIC = "feed"
+BAD_TOPICS = ["Room", "a%20b", "a" * 49, ""]  # as they appear in the query string
+UNLISTEN_WAIT = 15.0  # the broadcast hub UNLISTENs 5 s after a topic's last client
 
 
 
@@ -86,7 +100,7 @@ class Publisher:
         self.server = server
         self.conn: http.client.HTTPConnection | None = None
 
-    def post(self, body: bytes, timeout: float) -> int:
+    def post(self, body: bytes, timeout: float, path: str = "/publish") -> int:
         for attempt in range(2):
             if self.conn is None:
                 host, port = split_host(self.server)
@@ -95,7 +109,7 @@ class Publisher:
                 self.conn.timeout = max(timeout, 0.1)
                 if self.conn.sock is not None:
                     self.conn.sock.settimeout(self.conn.timeout)
-                self.conn.request("POST", "/publish", body=body,
+                self.conn.request("POST", path, body=body,
                                   headers={"Content-Type": "text/plain; charset=utf-8"})
                 response = self.conn.getresponse()
                 response.read()
@@ -117,12 +131,16 @@ class Publisher:
 
 
 class Client:
-    def __init__(self, index: int, server: str, slow: bool, run: str, last_n: int) -> None:
+    def __init__(self, index: int, server: str, slow: bool, run: str, last_n: int,
+                 topic: str | None = None) -> None:
         self.index = index
         self.server = server
         self.slow = slow
         self.run = run
         self.last_n = last_n
+        self.topic = topic  # None: no `topic` parameter (the default topic)
+        self.foreign: list[str] = []  # this run's messages of another topic
+        self.topic_section = False
         self.frames: list[tuple[float, dict]] = []  # (receive time, frame)
         self.ns: list[int] = []  # this run's n, in arrival order
         self.seqs: list[int] = []
@@ -140,11 +158,13 @@ class Client:
 
     @property
     def name(self) -> str:
-        return f"{'slow' if self.slow else 'fast'} client {self.index} on {self.server}"
+        on_topic = f" topic {self.topic or DEFAULT_TOPIC}" if self.topic_section else ""
+        return f"{'slow' if self.slow else 'fast'} client {self.index} on {self.server}{on_topic}"
 
     async def open(self, timeout: float) -> None:
         capacity = SLOW_CAPACITY if self.slow else FAST_CAPACITY
-        uri = f"ws://{self.server}/feed?policy=newest&capacity={capacity}"
+        topic = "" if self.topic is None else f"topic={self.topic}&"
+        uri = f"ws://{self.server}/feed?{topic}policy=newest&capacity={capacity}"
         options: dict = dict(ping_interval=None, proxy=None, open_timeout=max(timeout, 0.1),
                              close_timeout=2, max_size=None)
         if self.slow:
@@ -209,6 +229,9 @@ class Client:
             payload = None
         if not isinstance(payload, dict) or payload.get("run") != self.run:
             return  # a replay of an earlier run, or someone else's message
+        if "topic" in payload and payload["topic"] != (self.topic or DEFAULT_TOPIC):
+            self.foreign.append(f"{payload['topic']}#{payload.get('n')}")
+            return
         n = payload.get("n")
         self.ns.append(n)
         if frame.get("sent") != payload.get("sent"):
@@ -508,6 +531,251 @@ async def run(args: argparse.Namespace, checks: Checks) -> None:
         await asyncio.gather(*(client.close() for client in clients), return_exceptions=True)
 
 
+def raw_request(server: str, request: bytes, timeout: float) -> tuple[int, dict[str, str], bytes]:
+    """Sends `request` as is and reads one response: status, headers (lower-case names) and
+    body (by Content-Length; none after a 101, whose connection is then closed unread)."""
+    host, port = split_host(server)
+    with socket.create_connection((host, port), timeout=max(timeout, 0.1)) as sock:
+        sock.sendall(request)
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = sock.recv(4096)
+            if not chunk:
+                break
+            data += chunk
+        head, _, body = data.partition(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        parts = lines[0].split(" ", 2)
+        if len(parts) < 2 or not parts[1].isdigit():
+            raise ValueError(f"no HTTP status line: {lines[0][:80]!r}")
+        status = int(parts[1])
+        headers = {}
+        for line in lines[1:]:
+            name, _, value = line.partition(":")
+            headers[name.strip().lower()] = value.strip()
+        if status != 101:
+            length = int(headers.get("content-length", "0") or 0)
+            while len(body) < length:
+                chunk = sock.recv(4096)
+                if not chunk:
+                    break
+                body += chunk
+        return status, headers, body
+
+
+async def check_bad_topics(servers: list[str], checks: Checks, deadline: Deadline) -> None:
+    """A bad topic is a one-line 400 on both routes: before any upgrade on /feed, and with
+    Connection: close on /publish. A 48-character topic is fine."""
+    for topic in BAD_TOPICS:
+        shown = topic if len(topic) < 12 else f"{topic[:3]}...({len(topic)} chars)"
+        for route in ("feed", "publish"):
+            if route == "feed":
+                key = base64.b64encode(os.urandom(16)).decode()
+                request = (f"GET /feed?topic={topic} HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
+                           f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n")
+            else:
+                request = (f"POST /publish?topic={topic} HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\n"
+                           f"Content-Length: 5\r\n\r\nhello")
+            problems = []
+            for server in servers:
+                try:
+                    status, headers, body = await asyncio.to_thread(raw_request, server, request.encode(),
+                                                                    deadline.left(10))
+                    if status != 400:
+                        problems.append(f"{server} answered {status}" + " (upgraded)" * (status == 101))
+                    elif route == "publish" and not one_line(body):
+                        problems.append(f"{server}: 400 without a one-line reason: {body[:120]!r}")
+                    elif route == "publish" and headers.get("connection", "").lower() != "close":
+                        problems.append(f"{server}: 400 without Connection: close")
+                    if route == "feed":
+                        # The refused upgrade's 400 has no body (hummingbird-websocket's); the reason
+                        # is on the plain GET, which the route refuses the same way.
+                        status, body = await asyncio.to_thread(http_request, server, "GET", f"/feed?topic={topic}",
+                                                               None, deadline.left(10))
+                        if status != 400 or not one_line(body):
+                            problems.append(f"{server}: plain GET answered {status} {body[:120]!r}, "
+                                            f"not 400 with a one-line reason")
+                except Exception as error:  # noqa: BLE001
+                    problems.append(f"{server}: {type(error).__name__}: {error}")
+            checks.check(f"bad-topic-{route} {shown!r}", not problems, "; ".join(problems))
+    problems = []
+    for server in servers:
+        try:
+            status, _ = await asyncio.to_thread(http_request, server, "POST", "/publish?topic=" + "a" * 48,
+                                                b"48", deadline.left(10))
+            if status != 200:
+                problems.append(f"{server} answered {status}")
+        except Exception as error:  # noqa: BLE001
+            problems.append(f"{server}: {type(error).__name__}: {error}")
+    checks.check("topic-48-chars-ok", not problems, "; ".join(problems))
+
+
+async def listening_topics(servers: list[str], deadline: Deadline) -> list[int]:
+    result = []
+    for server in servers:
+        value = (await get_stats(server, deadline)).get("listeningTopics")
+        if not isinstance(value, int):
+            raise ValueError(f"{server}: /stats has no integer listeningTopics")
+        result.append(value)
+    return result
+
+
+async def wait_unlistened(servers: list[str], deadline: Deadline) -> tuple[float | None, list[int]]:
+    """Polls /stats until no server LISTENs on any topic: (seconds it took or None, last values)."""
+    started = time.monotonic()
+    wait = Deadline(min(UNLISTEN_WAIT, deadline.left()))
+    values: list[int] = []
+    while True:
+        values = await listening_topics(servers, deadline)
+        if all(v == 0 for v in values):
+            return time.monotonic() - started, values
+        if wait.left() <= 0:
+            return None, values
+        await asyncio.sleep(0.1)
+
+
+async def run_topics(args: argparse.Namespace, checks: Checks) -> None:
+    deadline = Deadline(args.timeout)
+    servers = [s.strip() for s in args.servers.split(",") if s.strip()]
+    run_id = uuid.uuid4().hex[:12]
+    # Topic 0 is the default topic, named by nobody; the others are this run's own.
+    topics: list[str | None] = [None] + [f"wsc-{run_id}-{t}" for t in range(1, args.topics)]
+    names = [t or DEFAULT_TOPIC for t in topics]
+
+    # 1. Bad topics.
+    await check_bad_topics(servers, checks, deadline)
+
+    # 2. Start from no LISTEN (an earlier section's topic lingers 5 s on the broadcast hub).
+    took, values = await wait_unlistened(servers, deadline)
+    checks.check("topic-listening-before", took is not None,
+                 f"listeningTopics {values} on {servers} still, {UNLISTEN_WAIT:g} s after the start")
+
+    # 3. Clients: --topic-clients per topic and server, but the last topic on the first server only,
+    #    so the servers LISTEN on different numbers of topics.
+    per_topic = [args.topic_messages // len(topics) + (1 if t < args.topic_messages % len(topics) else 0)
+                 for t in range(len(topics))]
+    clients: list[Client] = []
+    for t, topic in enumerate(topics):
+        for s, server in enumerate(servers):
+            if t == len(topics) - 1 and s > 0:
+                continue
+            for _ in range(args.topic_clients):
+                clients.append(Client(len(clients), server, False, run_id, per_topic[t] - 1, topic=topic))
+                clients[-1].topic_section = True
+    try:
+        connect_errors = []
+        for client in clients:
+            try:
+                await client.open(deadline.left(15))
+            except Exception as error:  # noqa: BLE001
+                client.error = f"connect: {type(error).__name__}: {error}"
+                connect_errors.append(f"{client.name}: {client.error}")
+                client.ready.set()
+                client.done.set()
+        ready_in_time = await wait_all([c.ready for c in clients], deadline.left(30))
+        not_ready = [c.name + (f" ({c.error})" if c.error else "")
+                     for c in clients if not (c.frames and c.frames[0][1].get("type") == "ready")]
+        checks.check("topic-ready", ready_in_time and not not_ready,
+                     f"{len(not_ready)} of {len(clients)} without `ready` first: {summarize(not_ready)}")
+
+        # 4. listeningTopics while connected: the topics of each server's clients.
+        wanted = [len({c.topic for c in clients if c.server == server}) for server in servers]
+        try:
+            values = await listening_topics(servers, deadline)
+            checks.check("topic-listening-connected", values == wanted,
+                         f"listeningTopics {values}, the servers' clients are on {wanted} topics")
+        except Exception as error:  # noqa: BLE001
+            checks.check("topic-listening-connected", False, f"{type(error).__name__}: {error}")
+
+        # 5. Publish: message i to topic i mod T (its k-th), through server i mod S.
+        publishers = [Publisher(server) for server in servers]
+        problems = []
+        t0 = time.monotonic()
+        try:
+            for i in range(args.topic_messages):
+                delay = t0 + i / args.rate - time.monotonic()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                t = i % len(topics)
+                body = json.dumps({"run": run_id, "topic": names[t], "n": i // len(topics),
+                                   "sent": int(time.time() * 1000)})
+                path = "/publish" if topics[t] is None else f"/publish?topic={topics[t]}"
+                publisher = publishers[i % len(publishers)]
+                try:
+                    status = await asyncio.to_thread(publisher.post, body.encode(), deadline.left(10), path)
+                except Exception as error:  # noqa: BLE001
+                    problems.append(f"#{i} to {names[t]} via {publisher.server}: {type(error).__name__}: {error}")
+                    break
+                if status != 200:
+                    problems.append(f"#{i} to {names[t]} via {publisher.server}: HTTP {status}")
+                    break
+        finally:
+            for publisher in publishers:
+                publisher.close()
+        checks.check("topic-publish", not problems, "; ".join(problems))
+        print(f"info: {len(clients)} clients on {len(topics)} topics ({', '.join(names)}), "
+              f"{args.topic_messages} messages {per_topic} per topic", flush=True)
+
+        # 6. Every client gets its topic's messages in order; nobody gets another topic's.
+        in_time = await wait_all([c.done for c in clients], deadline.left(20))
+        await asyncio.sleep(min(0.5, deadline.left()))  # a stray message of another topic would come by now
+        problems = []
+        for client in clients:
+            expected = list(range(client.last_n + 1))
+            if client.error:
+                problems.append(f"{client.name}: {client.error}")
+            elif client.ns != expected:
+                problems.append(f"{client.name}: got {client.ns[:8]}{'...' if len(client.ns) > 8 else ''} "
+                                f"of its topic's {len(expected)}")
+        checks.check("topic-all-in-order: every client got its topic's messages in order",
+                     in_time and not problems,
+                     ("timed out; " if not in_time else "") + summarize(problems))
+        foreign = [c for c in clients if c.foreign]
+        checks.check("topic-isolation: no client got another topic's message", not foreign,
+                     f"{len(foreign)} of {len(clients)} clients did, {sum(len(c.foreign) for c in foreign)} "
+                     f"messages; first: {foreign[0].name if foreign else ''} got {foreign[0].foreign[:3] if foreign else ''}")
+        problems = []
+        for client in clients:
+            bad = [(a, b) for a, b in zip(client.seqs, client.seqs[1:]) if b <= a]
+            if bad:
+                problems.append(f"{client.name}: seq {bad[0][0]} then {bad[0][1]}")
+        checks.check("topic-seq-increasing", not problems, summarize(problems))
+
+        # 7. `online` counts the connections on the client's own topic (at most once a second).
+        def ours(client: Client) -> int:
+            return sum(1 for c in clients if c.server == client.server and c.topic == client.topic and c.error is None)
+
+        def online_ok(client: Client) -> bool:
+            if not client.online:
+                return False
+            last = client.online[-1][1]
+            # This run's topics are nobody else's; `feed` may have other clients.
+            return last == ours(client) if client.topic is not None else isinstance(last, int) and last >= ours(client)
+
+        settle = Deadline(min(3.0, deadline.left()))
+        while not all(online_ok(c) for c in clients if c.error is None) and settle.left() > 0:
+            await asyncio.sleep(0.1)
+        problems = [f"{c.name}: last online {c.online[-1][1] if c.online else None}, {ours(c)} on its topic"
+                    for c in clients if c.error is None and not online_ok(c)]
+        checks.check("topic-online-count", not problems, summarize(problems))
+    finally:
+        await asyncio.gather(*(client.close() for client in clients), return_exceptions=True)
+
+    # 8. Once the clients have left, no LISTEN is left (broadcast hub: 5 s later).
+    took, values = await wait_unlistened(servers, deadline)
+    checks.check("topic-listening-after", took is not None,
+                 f"listeningTopics {values} {UNLISTEN_WAIT:g} s after the clients left")
+    if took is not None:
+        print(f"info: listeningTopics back to 0 on every server {took:.1f}s after the clients left", flush=True)
+
+
+async def run_all(args: argparse.Namespace, checks: Checks) -> None:
+    if not args.only_topics:
+        await run(args, checks)
+    if args.topics >= 2:
+        await run_topics(args, checks)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--servers", default="127.0.0.1:8080,127.0.0.1:8081",
@@ -519,22 +787,34 @@ def main() -> int:
     parser.add_argument("--pad", type=int, default=2000, help="bytes of incompressible padding per body")
     parser.add_argument("--max-p99-ms", type=float, default=2000,
                         help="fail if the fast clients' p99 end-to-end latency is above this (0: no check)")
-    parser.add_argument("--timeout", type=float, default=60, help="seconds for the whole run")
+    parser.add_argument("--timeout", type=float, default=60, help="seconds for each section")
+    parser.add_argument("--topics", type=int, default=0,
+                        help="run the topic section with this many topics (at least 2; 0: no topic section)")
+    parser.add_argument("--topic-clients", type=int, default=2, help="clients per topic and server in the topic section")
+    parser.add_argument("--topic-messages", type=int, default=60, help="messages the topic section publishes")
+    parser.add_argument("--only-topics", action="store_true", help="run the topic section only")
     args = parser.parse_args()
+    if args.topics == 1 or args.topics < 0 or (args.only_topics and args.topics < 2):
+        parser.error("--topics must be 0 or at least 2 (and at least 2 with --only-topics)")
+    if args.topics and (args.topic_clients < 1 or args.topic_messages < args.topics):
+        parser.error("--topic-clients must be at least 1 and --topic-messages at least --topics")
     if args.messages < 1 or args.rate <= 0 or args.clients < 0 or args.slow < 0 or args.pad < 0:
         parser.error("--messages must be at least 1; --rate, --clients, --slow and --pad not negative")
     if args.messages > FAST_CAPACITY:
         print(f"warning: more than {FAST_CAPACITY} messages: a fast client that falls behind may drop", file=sys.stderr)
 
     checks = Checks()
-    print(f"info: websockets {websockets.__version__}, servers {args.servers}, {args.clients} fast + {args.slow} slow "
-          f"clients, {args.messages} messages at {args.rate:g}/s", flush=True)
+    main_section = "" if args.only_topics else (f", {args.clients} fast + {args.slow} slow clients, "
+                                                 f"{args.messages} messages at {args.rate:g}/s")
+    topic_section = f", then {args.topics} topics" if args.topics else ""
+    print(f"info: websockets {websockets.__version__}, servers {args.servers}{main_section}{topic_section}", flush=True)
 
-    timer = checks.start_watchdog(args.timeout + 30)
+    sections = (0 if args.only_topics else 1) + (1 if args.topics >= 2 else 0)
+    timer = checks.start_watchdog(args.timeout * sections + 30)
     try:
-        asyncio.run(asyncio.wait_for(run(args, checks), args.timeout + 15))
+        asyncio.run(asyncio.wait_for(run_all(args, checks), args.timeout * sections + 15))
     except asyncio.TimeoutError:
-        checks.check("finished", False, f"the run did not finish within {args.timeout + 15:.0f}s")
+        checks.check("finished", False, f"the run did not finish within {args.timeout * sections + 15:.0f}s")
     except Exception as error:  # noqa: BLE001
         checks.check("finished", False, f"{type(error).__name__}: {error}")
     timer.cancel()

@@ -9,17 +9,20 @@
 #     there (and 5 s after), replay, a PostgreSQL outage (503, then resync),
 #     eviction of a stalled `.bounded` client (close code 1013);
 #   - feed-load --smoke across two servers: 50 connections, without and with
-#     slow clients;
-#   - ws_check.py (Python websockets): 50 clients and a slow one on both servers;
-#   - browser_check.py: the live page in headless Chromium (installed if missing);
+#     slow clients, then 50 on 10 topics (each gets its topic's messages only);
+#   - ws_check.py (Python websockets): 50 clients and a slow one on both servers,
+#     then clients on 3 topics (isolation, listeningTopics, bad topics refused);
+#   - browser_check.py: the live page in headless Chromium (installed if missing),
+#     its topic box too;
 #   - hardening_check.py: a hostile client (issue 26) against servers it starts
 #     itself: concurrent first publishes, bad bodies, 21 clients that never read,
 #     40,000 connections opened and closed, SIGTERM with a client that ignores
 #     the close, timeouts and the connection cap, malformed HTTP, RFC 6455 errors;
-#   - three deliberate faults that must be caught: a server that skips `gap`
+#   - four deliberate faults that must be caught: a server that skips `gap`
 #     frames and the actor-channel hub, where one slow client holds everyone
-#     back (feed-load), and a server that never evicts a stalled `.bounded`
-#     client (lifecycle_check.py).
+#     back (feed-load), a server that never evicts a stalled `.bounded`
+#     client (lifecycle_check.py), and one that puts every topic on `feed`
+#     (feed-load --topics and ws_check.py --only-topics).
 # With --tsan, the servers are built with ThreadSanitizer (about 7 more
 # minutes of build) and any report stops them, which fails the checks.
 # Stops everything it started, by PID, even on failure. Every step has a time
@@ -152,8 +155,12 @@ step "feed-load --smoke: two servers, 50 connections, without and with slow clie
 start_server "$B" broadcast
 run feed-load 300 .build/debug/feed-load --servers "127.0.0.1:$A,127.0.0.1:$B" --connections 50 --slow 10% --smoke
 
-step "Python websockets clients: 50 and a slow one on both servers"
-run ws-check 180 "$PY" clients/ws_check.py --servers "127.0.0.1:$A,127.0.0.1:$B" --clients 50 --messages 200 --slow 1 --timeout 120
+step "feed-load --topics: two servers, 50 connections on 10 topics"
+run feed-load-topics 300 .build/debug/feed-load --servers "127.0.0.1:$A,127.0.0.1:$B" --connections 50 --topics 10 --slow 0% --smoke
+
+step "Python websockets clients: 50 and a slow one on both servers, then 3 topics"
+run ws-check 300 "$PY" clients/ws_check.py --servers "127.0.0.1:$A,127.0.0.1:$B" --clients 50 --messages 200 --slow 1 \
+    --topics 3 --timeout 120
 
 step "headless Chromium: the live page"
 if timeout 1500 bash clients/install-chromium.sh; then
@@ -203,6 +210,25 @@ else
     failed=$((failed + 1)); echo "FAIL lifecycle_check missed a server that never evicts"; tail -25 "$WORK/fault-evict.log"
 fi
 stop_server "$E"
+
+step "deliberate fault: a server that puts every topic on feed (topic-crosstalk)"
+F=$(free_port)
+start_server "$F" broadcast FEED_SERVER_FAULT=topic-crosstalk
+timeout --kill-after=10 300 .build/debug/feed-load --servers "127.0.0.1:$F" --connections 20 --topics 4 --slow 0% --smoke \
+    >"$WORK/fault-topics.log" 2>&1
+if [[ $? -eq 1 ]] && grep -q "^FAIL .*no client got another topic's message" "$WORK/fault-topics.log"; then
+    passed=$((passed + 1)); echo "PASS feed-load caught it: $(grep -m1 "^FAIL .*no client got another topic's message" "$WORK/fault-topics.log")"
+else
+    failed=$((failed + 1)); echo "FAIL feed-load missed a server that mixes topics"; tail -25 "$WORK/fault-topics.log"
+fi
+timeout --kill-after=10 120 "$PY" clients/ws_check.py --servers "127.0.0.1:$F" --only-topics --topics 3 --timeout 60 \
+    >"$WORK/fault-topics-ws.log" 2>&1
+if [[ $? -eq 1 ]] && grep -q "^FAIL topic-isolation" "$WORK/fault-topics-ws.log"; then
+    passed=$((passed + 1)); echo "PASS ws_check caught it: $(grep -m1 '^FAIL topic-isolation' "$WORK/fault-topics-ws.log")"
+else
+    failed=$((failed + 1)); echo "FAIL ws_check missed a server that mixes topics"; tail -25 "$WORK/fault-topics-ws.log"
+fi
+stop_server "$F"
 
 step "done in $(( $(date +%s) - started ))s"
 echo "$passed passed, $failed failed"

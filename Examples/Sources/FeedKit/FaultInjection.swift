@@ -9,8 +9,14 @@ import Foundation
 /// `FEED_SERVER_FAULT=no-eviction`: a stalled client is never closed (neither
 /// a `.bounded` one that stays full nor a `bounded`/`unbounded` one over the
 /// byte budget), and its backlog grows without limit.
+///
+/// `FEED_SERVER_FAULT=topic-crosstalk`: topic names are still validated (a
+/// bad one is still a 400) but then ignored: every connection subscribes to,
+/// and every publish goes to, the default topic `feed`, so every client gets
+/// every topic's messages.
 public enum FaultInjection {
     public static let fault = ProcessInfo.processInfo.environment["FEED_SERVER_FAULT"] ?? ""
     public static let skipGapFrames = fault == "skip-gaps"
     public static let neverEvict = fault == "no-eviction"
+    public static let topicCrosstalk = fault == "topic-crosstalk"
 }

@@ -77,7 +77,7 @@ public enum FeedTopic {
         guard name.utf8.allSatisfy({ (0x61...0x7A).contains($0) || (0x30...0x39).contains($0) || $0 == 0x5F || $0 == 0x2D }) else {
             throw BadFeedQuery("topic '\(name.prefix(maximumLength))' has a character other than a-z, 0-9, _ and -")
         }
-        return name
+        return FaultInjection.topicCrosstalk ? Self.default : name
     }
 
     /// The `topic` parameter of a request (the default if it has none); the

@@ -1,10 +1,14 @@
 /// The live page that `GET /` serves: plain HTML, CSS and JavaScript, no external resources.
 ///
-/// It subscribes to `/feed` on the same host (reconnecting with backoff), shows the
-/// connection's status, the `online` count, the `gap` frames and the last 100 messages
-/// (newest first), and publishes what is typed with `POST /publish`.
+/// It subscribes to `/feed?topic=NAME` on the same host (reconnecting with backoff), shows
+/// the topic, the connection's status, the `online` count, the `gap` frames and the last
+/// 100 messages (newest first), and publishes what is typed with `POST /publish?topic=NAME`.
+/// The topic is `feed` unless the page's URL says `?topic=NAME`; the topic box switches it
+/// (checked against `[a-z0-9_-]{1,48}` first, as the server does), which reconnects and
+/// clears the list.
 /// `Examples/clients/browser_check.py` drives it in headless Chromium by these ids:
-/// `status`, `online`, `gaps`, `messages`, `publish-text`, `publish-button`.
+/// `status`, `online`, `gaps`, `messages`, `publish-text`, `publish-button`, `topic`,
+/// `topic-button`, `topic-error`, `current-topic`.
 enum LivePage {
     static let html: String = #"""
     <!doctype html>
@@ -28,6 +32,10 @@ enum LivePage {
       button { padding: .5rem 1.1rem; border: 0; border-radius: 8px; background: var(--accent); color: #fff; font: inherit; cursor: pointer; }
       button:disabled { opacity: .6; cursor: default; }
       #publish-result { color: var(--muted); font-size: .85rem; min-height: 1.2em; margin-bottom: 1rem; }
+      #topic-form input { flex: 0 1 16rem; }
+      #topic-form label { align-self: center; color: var(--muted); }
+      #topic[aria-invalid="true"] { border-color: #d64545; }
+      #topic-error { color: #d64545; font-size: .85rem; min-height: 1.2em; margin-bottom: .4rem; }
       ul { list-style: none; margin: 0; padding: 0; border-top: 1px solid var(--line); }
       li { padding: .4rem .2rem; border-bottom: 1px solid var(--line); font: 13px/1.4 ui-monospace, Menlo, Consolas, monospace;
            white-space: nowrap; overflow: hidden; text-overflow: ellipsis; }
@@ -36,7 +44,14 @@ enum LivePage {
     </head>
     <body>
     <h1>Live feed</h1>
+    <form id="topic-form">
+      <label for="topic">topic</label>
+      <input id="topic" value="feed" maxlength="64" autocomplete="off" spellcheck="false">
+      <button id="topic-button" type="submit">Switch</button>
+    </form>
+    <div id="topic-error"></div>
     <div class="bar">
+      <span>topic <span id="current-topic">feed</span></span>
       <span>status <span id="status" data-state="connecting">connecting</span></span>
       <span>online <span id="online">–</span></span>
       <span>gaps <span id="gaps">0 (0 dropped)</span></span>
@@ -51,7 +66,17 @@ enum LivePage {
     "use strict";
     const $ = (id) => document.getElementById(id);
     const maxItems = 100;
+    const topicPattern = /^[a-z0-9_-]{1,48}$/;
     let gapFrames = 0, droppedBefore = 0, dropped = 0, attempt = 0, lastSeq = null;
+    let topic = "feed", socket = null, retry = null;
+
+    // The reason `name` is not a topic the server takes, or "".
+    function topicProblem(name) {
+      if (name === "") return "topic is empty";
+      if (name.length > 48) return `topic is ${name.length} characters long: at most 48`;
+      if (!topicPattern.test(name)) return "topic may only have a-z, 0-9, _ and -";
+      return "";
+    }
 
     function setStatus(state) {
       $("status").textContent = state;
@@ -72,7 +97,7 @@ enum LivePage {
 
     function connect() {
       const scheme = location.protocol === "https:" ? "wss:" : "ws:";
-      const socket = new WebSocket(`${scheme}//${location.host}/feed`);
+      socket = new WebSocket(`${scheme}//${location.host}/feed?topic=${encodeURIComponent(topic)}`);
       setStatus("connecting");
       socket.onmessage = (event) => {
         let frame;
@@ -106,9 +131,43 @@ enum LivePage {
         droppedBefore = dropped;
         const delay = Math.min(10000, 500 * 2 ** attempt) * (0.75 + Math.random() / 2);
         attempt = Math.min(attempt + 1, 5);
-        setTimeout(connect, delay);
+        retry = setTimeout(connect, delay);
       };
     }
+
+    // Leaves the current topic (its socket, its list, its counts) for `name`.
+    function switchTopic(name) {
+      const problem = topicProblem(name);
+      $("topic").setAttribute("aria-invalid", problem ? "true" : "false");
+      $("topic-error").textContent = problem;
+      if (problem) return false;
+      if (socket) { socket.onmessage = socket.onclose = null; socket.close(); }
+      clearTimeout(retry);
+      topic = name;
+      $("topic").value = name;
+      $("current-topic").textContent = name;
+      $("messages").replaceChildren();
+      gapFrames = droppedBefore = dropped = attempt = 0;
+      lastSeq = null;
+      $("gaps").textContent = "0 (0 dropped)";
+      $("online").textContent = "–";
+      $("publish-result").textContent = "";
+      const url = new URL(location.href);
+      url.searchParams.set("topic", name);
+      history.replaceState(null, "", url);
+      connect();
+      return true;
+    }
+
+    $("topic-form").addEventListener("submit", (event) => {
+      event.preventDefault();
+      switchTopic($("topic").value);
+    });
+    $("topic").addEventListener("input", () => {
+      const problem = topicProblem($("topic").value);
+      $("topic").setAttribute("aria-invalid", problem ? "true" : "false");
+      $("topic-error").textContent = problem;
+    });
 
     $("publish-form").addEventListener("submit", async (event) => {
       event.preventDefault();
@@ -116,7 +175,7 @@ enum LivePage {
       if (text === "") return;
       $("publish-button").disabled = true;
       try {
-        const response = await fetch("/publish", { method: "POST", body: text });
+        const response = await fetch(`/publish?topic=${encodeURIComponent(topic)}`, { method: "POST", body: text });
         if (!response.ok) throw new Error(`HTTP ${response.status}`);
         $("publish-text").value = "";
         $("publish-result").textContent = "published";
@@ -128,7 +187,8 @@ enum LivePage {
       }
     });
 
-    connect();
+    const asked = new URLSearchParams(location.search).get("topic");
+    if (asked === null || !switchTopic(asked)) connect();
     </script>
     </body>
     </html>
