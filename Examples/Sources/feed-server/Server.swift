@@ -132,8 +132,10 @@ func serve<Hub: FeedHub>(hub: Hub, _ settings: ServerSettings) async throws {
         return plainText("published")
     }
     // Bad input is refused here, before the upgrade, so the server never
-    // reaches the library's trap for `.bounded(0)`. A refused upgrade falls
-    // through to the plain route, which throws the same 400.
+    // reaches the library's trap for `.bounded(0)`. A plain GET gets the
+    // 400 with its reason; a refused upgrade gets an empty 400 with
+    // `Connection: close` (hummingbird-websocket 2.8.1 writes failed upgrades
+    // itself, without the thrown error's body).
     router.ws("/feed") { request, _ in
         _ = try feedQuery(request, maximumCapacity: maximumCapacity)
         // A plain GET would otherwise fill the handler box of a connection that never upgrades.
