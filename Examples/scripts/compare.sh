@@ -58,7 +58,7 @@ COMMIT=$(git -C "$HERE" rev-parse --short HEAD)
     echo "Taken by \`bash Examples/scripts/compare.sh\` at commit $COMMIT: release builds; for each hub, two"
     echo "\`feed-server\` processes (\`--sndbuf 32768\`) on one PostgreSQL $(psql "$FEED_POSTGRES" -Atc 'show server_version') on loopback;"
     echo "\`feed-load\` publishing ${SECONDS_PER_RUN} s at 100 messages/s (POST /publish alternating between the servers, 256-byte padding),"
-    echo "with fast clients (\`policy=newest&capacity=1024\`, HummingbirdWSClient) and, in the second run of each pair,"
+    echo "with fast clients (\`policy=newest&capacity=250\`, HummingbirdWSClient) and, in the second run of each pair,"
     echo "5 % slow clients (\`policy=newest&capacity=64\`, 10 reads a second, 4 KiB receive buffer)."
     echo "Everything on one machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(uname -sr)."
     echo "Latency: the publisher's clock at POST to the fast client's receipt, every message. mem/conn: server RSS growth while"
