@@ -296,6 +296,18 @@ async def get_stats(server: str, deadline: Deadline) -> dict:
     return stats
 
 
+async def open_or_fail(client: "Client", errors: list[str], deadline: Deadline) -> None:
+    """Opens one client; one that cannot connect is marked failed (ready and done,
+    with its error) so that nothing waits for it."""
+    try:
+        await client.open(deadline.left(15))
+    except Exception as error:  # noqa: BLE001
+        client.error = f"connect: {type(error).__name__}: {error}"
+        errors.append(f"{client.name}: {client.error}")
+        client.ready.set()
+        client.done.set()
+
+
 async def wait_all(events: list[asyncio.Event], timeout: float) -> bool:
     if not events:
         return True
@@ -340,13 +352,7 @@ async def run(args: argparse.Namespace, checks: Checks) -> None:
 
     async def open_one(client: Client) -> None:
         async with gate:
-            try:
-                await client.open(deadline.left(15))
-            except Exception as error:  # noqa: BLE001
-                client.error = f"connect: {type(error).__name__}: {error}"
-                connect_errors.append(f"{client.name}: {client.error}")
-                client.ready.set()
-                client.done.set()
+            await open_or_fail(client, connect_errors, deadline)
 
     started = time.monotonic()
     try:
@@ -665,13 +671,7 @@ async def run_topics(args: argparse.Namespace, checks: Checks) -> None:
     try:
         connect_errors = []
         for client in clients:
-            try:
-                await client.open(deadline.left(15))
-            except Exception as error:  # noqa: BLE001
-                client.error = f"connect: {type(error).__name__}: {error}"
-                connect_errors.append(f"{client.name}: {client.error}")
-                client.ready.set()
-                client.done.set()
+            await open_or_fail(client, connect_errors, deadline)
         ready_in_time = await wait_all([c.ready for c in clients], deadline.left(30))
         not_ready = [c.name + (f" ({c.error})" if c.error else "")
                      for c in clients if not (c.frames and c.frames[0][1].get("type") == "ready")]
