@@ -376,6 +376,18 @@ struct SPSCRing<Element>: @unchecked Sendable {
     @inlinable
     var consumerReachedCachedTail: Bool { consumerHead == consumerCachedTail }
 
+    /// Whether the consumer can pop now (consumer side): loads `tail`
+    /// (acquire, caching it as `pop` does) only when the cached one shows
+    /// nothing, so a later `pop` does not load it again.
+    @inlinable
+    var consumerHasElement: Bool {
+        let index = consumerHead
+        if index != consumerCachedTail { return true }
+        let tail = tail.loadAcquire()
+        consumerCachedTail = tail
+        return index != tail
+    }
+
     /// Whether the consumer has something to read (consumer side).
     @inlinable
     var hasElementsForConsumer: Bool { consumerHead != tail.loadAcquire() }

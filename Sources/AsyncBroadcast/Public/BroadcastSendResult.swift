@@ -15,11 +15,32 @@ public struct BroadcastSendResult: Sendable, Hashable {
     public var dropped: Int
     /// The sequence had already finished: nothing was delivered.
     public var isFinished: Bool
+    /// Subscribers that this send ended by their eviction limit
+    /// (``BroadcastEviction``): they did not receive the element.
+    ///
+    /// ```swift
+    /// let result = sequence.send(event)
+    /// if result.evicted > 0 { log.notice("\(result.evicted) slow clients dropped") }
+    /// ```
+    public var evicted: Int
 
     public init(delivered: Int = 0, dropped: Int = 0, isFinished: Bool = false) {
         self.delivered = delivered
         self.dropped = dropped
         self.isFinished = isFinished
+        self.evicted = 0
+    }
+
+    /// A result with an eviction count.
+    ///
+    /// ```swift
+    /// #expect(sequence.send(1) == BroadcastSendResult(delivered: 1, evicted: 1))
+    /// ```
+    public init(delivered: Int = 0, dropped: Int = 0, isFinished: Bool = false, evicted: Int) {
+        self.delivered = delivered
+        self.dropped = dropped
+        self.isFinished = isFinished
+        self.evicted = evicted
     }
 
     @usableFromInline

@@ -159,6 +159,8 @@ struct BroadcastState<Element: Sendable, Failure: Error>: ~Copyable {
                     result.dropped += 1
                 case .dropped:
                     result.dropped += 1
+                case .evicted:
+                    result.evicted += 1
                 case .skipped:
                     break
                 }
@@ -210,9 +212,12 @@ struct BroadcastState<Element: Sendable, Failure: Error>: ~Copyable {
                 if prefetching { prefetchAhead(of: position, count: count) }
                 let subscriber = subscribers[position]
                 position += 1
-                let (delivered, dropped, full) = subscriber._withUnsafeGuaranteedRef { $0.offer(batch: batch, effects: &effects) }
+                let (delivered, dropped, full, evicted) = subscriber._withUnsafeGuaranteedRef {
+                    $0.offer(batch: batch, effects: &effects)
+                }
                 result.delivered += delivered
                 result.dropped += dropped
+                if evicted { result.evicted += 1 }
                 // `send` never waits: a `.bounded` subscriber takes the whole
                 // batch even past its capacity, and counts as full from then on.
                 if full { markFull(subscriber.takeUnretainedValue()) }

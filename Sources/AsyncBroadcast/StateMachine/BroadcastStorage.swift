@@ -131,8 +131,8 @@ final class BroadcastStorage<Element: Sendable, Failure: Error>: @unchecked Send
     // MARK: Subscribers
 
     @inlinable
-    func subscribe(policy: BroadcastBufferingPolicy) -> SubscriberCore<Element, Failure> {
-        let subscriber = SubscriberCore<Element, Failure>(policy: policy, storage: self)
+    func subscribe(policy: BroadcastBufferingPolicy, eviction: SubscriberEviction? = nil) -> SubscriberCore<Element, Failure> {
+        let subscriber = SubscriberCore<Element, Failure>(policy: policy, storage: self, eviction: eviction)
         let fromCancelledTask = Task.isCancelled
         let followUp: MembershipFollowUp? = withState(.registrant) { state, effects in
             let countBefore = state.subscribers.count

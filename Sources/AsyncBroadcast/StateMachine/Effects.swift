@@ -51,6 +51,13 @@ struct Effects<Element: Sendable>: ~Copyable {
         recordingBox().wakes.append(continuation)
     }
 
+    /// Completes a send's eviction of `subscriber` in `run()`: its removal
+    /// takes the sequence lock again, so it cannot happen inside the send's.
+    @inlinable
+    mutating func completeEviction(_ subscriber: any EvictedSubscriber) {
+        recordingBox().evictions.append(subscriber)
+    }
+
     /// Keeps `element` alive until `run()`, so its deinitializer runs unlocked.
     @inlinable
     mutating func release(_ element: consuming Element) {
@@ -63,6 +70,10 @@ struct Effects<Element: Sendable>: ~Copyable {
         hasRun = true
         guard let box else { return }
         for continuation in box.wakes { Parking.resume(continuation) }
+        if !box.evictions.isEmpty {
+            for subscriber in box.evictions { subscriber.completeEviction() }
+            box.evictions.removeAll()
+        }
         // Keep the arrays' capacity for the next section (so steady state
         // allocates nothing), but not a burst's: one `finish` that woke
         // 100,000 readers must not pin their array for the sequence's life.
@@ -79,6 +90,7 @@ struct Effects<Element: Sendable>: ~Copyable {
 final class EffectsBox<Element: Sendable> {
     @usableFromInline var wakes: [UnsafeContinuation<Void, Never>] = []
     @usableFromInline var released: [Element] = []
+    @usableFromInline var evictions: [any EvictedSubscriber] = []
 
     /// Larger arrays are freed after use instead of kept for reuse.
     @inlinable static var retainedCapacity: Int { 1024 }

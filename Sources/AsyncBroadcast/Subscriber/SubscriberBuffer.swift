@@ -7,6 +7,8 @@ enum OfferOutcome {
     /// Delivered to a full `.bufferingNewest` subscriber, evicting its oldest.
     case deliveredEvicting
     case dropped
+    /// Ended by its eviction limit at this send (`SubscriberEviction`).
+    case evicted
     /// The subscriber is ending: the element is neither delivered nor dropped.
     case skipped
 }
@@ -53,6 +55,8 @@ struct SubscriberBuffer<Element: Sendable>: @unchecked Sendable {
     /// Elements dropped by the policy; written only by producers (under the
     /// sequence lock).
     @usableFromInline let dropped: AtomicInt
+    /// The `LagMarkers` pointer (0 until the first positioned drop).
+    @usableFromInline let lagMarkers: AtomicInt
     /// `n` for `.bounded(n)`, `.bufferingOldest(n)` and `.bufferingNewest(n)`;
     /// `Int.max` for `.unbounded`.
     @usableFromInline let limit: Int
@@ -74,9 +78,10 @@ struct SubscriberBuffer<Element: Sendable>: @unchecked Sendable {
     /// - Parameter ring: the lock-free form, made for
     ///   `lockFreeCapacity(for: policy)`, or `nil` when that is `nil`.
     @inlinable
-    init(policy: BroadcastBufferingPolicy, lock: Lock, dropped: AtomicInt, ring: SPSCRing<Element>?) {
+    init(policy: BroadcastBufferingPolicy, lock: Lock, dropped: AtomicInt, lagMarkers: AtomicInt, ring: SPSCRing<Element>?) {
         self.lock = lock
         self.dropped = dropped
+        self.lagMarkers = lagMarkers
         var isBounded = false
         var dropsNewest = false
         switch policy {
@@ -110,6 +115,7 @@ struct SubscriberBuffer<Element: Sendable>: @unchecked Sendable {
     /// generic metadata on every release.
     @inlinable @inline(__always)
     func destroy() {
+        LagMarkers.destroy(in: lagMarkers)
         switch storage {
         case .lockFree(let ring):
             ring.destroy()
@@ -151,7 +157,7 @@ struct SubscriberBuffer<Element: Sendable>: @unchecked Sendable {
         switch storage {
         case .lockFree(let ring):
             if dropsNewest && ring.producerCountReaches(limit) {
-                countDrop()
+                recordGap(at: ring.producerTail, count: 1, passed: ring.producerCachedHead)
                 return .dropped
             }
             ring.push(element)
@@ -166,7 +172,10 @@ struct SubscriberBuffer<Element: Sendable>: @unchecked Sendable {
                     return .delivered
                 }
                 if limit == 0 || dropsNewest {
-                    countDrop()  // capacity 0 and no reader waiting
+                    // Capacity 0 and no reader waiting: the gap comes after
+                    // what it holds (the events reader counts it down).
+                    LagMarkers.list(in: lagMarkers).record(ahead: locked.ring.count, count: 1)
+                    countDrop()
                     return .dropped
                 }
                 guard locked.ring.count >= limit else {
@@ -213,7 +222,9 @@ struct SubscriberBuffer<Element: Sendable>: @unchecked Sendable {
             if room < batch.count { room = limit - ring.producerCount() }
             let kept = Swift.min(Swift.max(room, 0), batch.count)  // replay may over-fill: room < 0
             if kept > 0 { ring.push(contentsOf: UnsafeBufferPointer(rebasing: batch[..<kept])) }
-            if kept < batch.count { countDrops(batch.count - kept) }
+            if kept < batch.count {
+                recordGap(at: ring.producerTail, count: batch.count - kept, passed: ring.producerCachedHead)
+            }
             return (kept, batch.count - kept, false)
         case .locked(let locked):
             lock.lock()
@@ -242,7 +253,10 @@ struct SubscriberBuffer<Element: Sendable>: @unchecked Sendable {
             // the rest is dropped. No reader can have made room meanwhile.
             let kept = Swift.min(Swift.max(limit - ring.count, 0), remaining)
             for element in batch[next..<(next + kept)] { ring.append(element) }
-            if kept < remaining { countDrops(remaining - kept) }
+            if kept < remaining {
+                LagMarkers.list(in: lagMarkers).record(ahead: ring.count, count: remaining - kept)
+                countDrops(remaining - kept)
+            }
             return (next + kept, remaining - kept, false)
         }
         // `.bufferingNewest(n)`: every element is delivered, and each one
@@ -267,9 +281,44 @@ struct SubscriberBuffer<Element: Sendable>: @unchecked Sendable {
         countDrops(1)
     }
 
+    /// A lock-free buffer dropped `count` new elements: records where (the
+    /// ring's absolute index of the next accepted element), then counts them.
+    ///
+    /// Message passing to the events reader, which never looks at the
+    /// markers unless `dropped` moved past what it reported: the marker is
+    /// stored (under the subscriber lock) before the `dropped` increment
+    /// (a release, in the same section), and both before the `tail` store
+    /// (a release) of any later element. The reader loads `tail`, then
+    /// `dropped` (both acquire), then takes the lock: if it sees the element
+    /// after the gap it sees the increment, and the lock hands it the
+    /// marker. A marker at the reader's position recorded after its look
+    /// (the buffer was empty then) is found at its next look; a parking
+    /// events reader counts a moved `dropped` as work (row 1 of
+    /// Handshakes.md orders that against the send's wake pass).
+    @inlinable
+    func recordGap(at position: Int, count: Int, passed: Int) {
+        lock.lock()
+        LagMarkers.list(in: lagMarkers).record(
+            at: Fault.lagMarkerOffByOne ? position + 1 : position, count: count, passed: passed)
+        countDrops(count)
+        lock.unlock()
+    }
+
     @inlinable
     func countDrops(_ count: Int) {
         dropped.storeRelease(dropped.loadRelaxed() + count)  // single writer: the sequence lock holder
+    }
+
+    /// At least the unread elements, as producers see them, without loading
+    /// the consumer's `head` for a lock-free buffer (sequence lock held).
+    @inlinable
+    func producerCountUpperBound() -> Int {
+        switch storage {
+        case .lockFree(let ring):
+            return ring.producerTail - ring.producerCachedHead
+        case .locked:
+            return producerCount()
+        }
     }
 
     /// Unread elements, as producers see them (sequence lock held).

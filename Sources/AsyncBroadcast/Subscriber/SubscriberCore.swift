@@ -69,15 +69,18 @@ final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendab
         // Line 1: written by producers (under the sequence lock).
         @inlinable static var tail: Int { 0 }  // ..< 4: the ring's producer words
         @inlinable static var dropped: Int { 4 }
+        @inlinable static var lagMarkers: Int { 5 }  // a `LagMarkers` pointer, set at the first drop
         // Line 2: written by the consumer.
         @inlinable static var head: Int { 8 }  // ..< 12: the ring's consumer words
         @inlinable static var consumerBusy: Int { 12 }
+        @inlinable static var lagReported: Int { 13 }  // drops the events reader has reported
         // Line 3: written rarely, by whoever parks, wakes, ends or cancels.
         @inlinable static var park: Int { 16 }
         @inlinable static var continuation: Int { 17 }
         @inlinable static var terminalHint: Int { 18 }
         @inlinable static var ended: Int { 19 }
         @inlinable static var cancelRequested: Int { 20 }
+        @inlinable static var evicted: Int { 21 }
         @inlinable static var count: Int { 24 }
     }
 
@@ -100,6 +103,10 @@ final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendab
     @usableFromInline let lock: Lock
     @usableFromInline let parking: Parking
     @usableFromInline let buffer: SubscriberBuffer<Element>
+    /// Its eviction limits, `nil` for none: next to `buffer`, which every
+    /// send reads, so the check costs a subscriber without limits nothing
+    /// but this load.
+    @usableFromInline let eviction: SubscriberEviction?
     /// Which terminal event is recorded (guarded by `lock`): 0 none, else a
     /// `TerminalKind`. With `failure`, it stands for a stored
     /// `SubscriberTerminal<Failure>?`, which the unspecialized `deinit`
@@ -128,8 +135,10 @@ final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendab
     @exclusivity(unchecked) @usableFromInline var ignoresTaskCancellation = false
 
     @inlinable
-    init(policy: BroadcastBufferingPolicy, storage: BroadcastStorage<Element, Failure>?) {
+    init(policy: BroadcastBufferingPolicy, storage: BroadcastStorage<Element, Failure>?,
+         eviction: SubscriberEviction? = nil) {
         self.storage = storage
+        self.eviction = eviction
         let ringCapacity = SubscriberBuffer<Element>.lockFreeCapacity(for: policy)
         let layout = Self.extraLayout(ringCapacity: ringCapacity)
         let block = AtomicBlock(wordCount: Word.count, extraBytes: layout.bytes, extraAlignment: layout.alignment)
@@ -142,7 +151,8 @@ final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendab
             SPSCRing<Element>(producerWords: block.word(Word.tail), consumerWords: block.word(Word.head),
                               firstSegment: extra, capacity: $0)
         }
-        buffer = SubscriberBuffer(policy: policy, lock: block.lock, dropped: block.word(Word.dropped), ring: ring)
+        buffer = SubscriberBuffer(policy: policy, lock: block.lock, dropped: block.word(Word.dropped),
+                                  lagMarkers: block.word(Word.lagMarkers), ring: ring)
         terminalHint = block.word(Word.terminalHint)
         consumerBusy = block.word(Word.consumerBusy)
         ended = block.word(Word.ended)
@@ -207,6 +217,7 @@ final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendab
         // Registered implies no terminal event; only the task-cancellation
         // tombstone can be set, and then the reader is about to end.
         if parking.isCancelled { return .skipped }
+        if let eviction, let outcome = checkEviction(eviction, adding: 1, effects: &effects) { return outcome }
         let outcome = buffer.offer(element, parking: parking, effects: &effects)
         buffer.checkProducerInvariants()
         return outcome
@@ -233,11 +244,15 @@ final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendab
     }
 
     @inlinable
-    func offer(batch: UnsafeBufferPointer<Element>, effects: inout Effects<Element>) -> (Int, Int, Bool) {
-        if parking.isCancelled { return (0, 0, false) }
-        let outcome = buffer.offer(batch: batch, parking: parking, effects: &effects)
+    func offer(batch: UnsafeBufferPointer<Element>, effects: inout Effects<Element>) -> (Int, Int, Bool, evicted: Bool) {
+        if parking.isCancelled { return (0, 0, false, false) }
+        // The batch that would take it over its limit is not delivered to it.
+        if let eviction, let outcome = checkEviction(eviction, adding: batch.count, effects: &effects) {
+            return (0, 0, false, outcome == .evicted)
+        }
+        let (delivered, dropped, full) = buffer.offer(batch: batch, parking: parking, effects: &effects)
         buffer.checkProducerInvariants()
-        return outcome
+        return (delivered, dropped, full, false)
     }
 
     /// The second half of `finish`, after `setTerminal` and the sequence's
@@ -310,6 +325,13 @@ final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendab
     @inlinable
     func cancel() {
         guard cancelRequested.exchangeAcquiringAndReleasing(1) == 0 else { return }
+        end()
+    }
+
+    /// The ending, for the first `cancel()` or an eviction (which marked
+    /// `cancelRequested` itself).
+    @inlinable
+    func end() {
         storage?.remove(self)  // no producer touches the buffer after this
         lock.lock()
         terminal = .ended

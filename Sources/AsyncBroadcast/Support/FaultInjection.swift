@@ -96,6 +96,17 @@ enum Fault {
         #endif
     }
 
+    /// A lock-free buffer's lag marker is recorded one element late: the
+    /// events reader reports `.lagged(n)` after the element that follows the
+    /// gap instead of before it.
+    @inlinable static var lagMarkerOffByOne: Bool {
+        #if ASYNCBROADCAST_FAULT_LAG_MARKER_OFF_BY_ONE
+        return true
+        #else
+        return false
+        #endif
+    }
+
     /// A served `emit` reports success but delivers nothing.
     @inlinable static var dropEmit: Bool {
         #if ASYNCBROADCAST_FAULT_DROP_EMIT

@@ -210,7 +210,8 @@ final class TopicRegistry<Topic: Hashable & Sendable, Element: Sendable, Failure
 
     /// A subscriber of `topic`'s live generation (created if needed).
     @inlinable
-    func subscribe(to topic: Topic, policy: BroadcastBufferingPolicy) -> SubscriberCore<Element, Failure> {
+    func subscribe(to topic: Topic, policy: BroadcastBufferingPolicy,
+                   eviction: SubscriberEviction? = nil) -> SubscriberCore<Element, Failure> {
         let shard = shard(for: topic)
         shard.lock.lock()
         if shard.isFinished {
@@ -218,7 +219,7 @@ final class TopicRegistry<Topic: Hashable & Sendable, Element: Sendable, Failure
             return endedSubscriber(policy: policy)
         }
         let (storage, retired) = generationForSubscriber(topic, in: shard)
-        let (subscriber, registered, followUp) = storage.subscribeDeferringFollowUp(policy: policy)
+        let (subscriber, registered, followUp) = storage.subscribeDeferringFollowUp(policy: policy, eviction: eviction)
         shard.lock.unlock()
         if let followUp, !followUp.isEmpty { storage.apply(followUp) }
         // A cancelled task's subscriber is not registered: a generation

@@ -1,0 +1,216 @@
+import Foundation
+import Testing
+@_spi(Testing) @testable import AsyncBroadcast
+import AsyncBroadcastTestSupport
+
+@Suite struct EvictionTests {
+    @Test func theSendThatWouldExceedTheHardLimitEndsTheSubscriber() async throws {
+        let sequence = BroadcastSequence(of: Int.self)
+        let subscription = sequence.subscribe(eviction: .hardLimit(3))
+        let other = sequence.subscribe()
+        for value in 1...3 { #expect(sequence.send(value) == BroadcastSendResult(delivered: 2)) }
+        #expect(!subscription.isEvicted)
+        #expect(sequence.send(4) == BroadcastSendResult(delivered: 1, evicted: 1))
+        #expect(subscription.isEvicted)
+        #expect(sequence.subscriberCount == 1)
+        #expect(subscription.bufferedCount == 0)
+        #expect(try await drain(subscription) == [])  // what it held is discarded
+        #expect(sequence.send(5) == BroadcastSendResult(delivered: 1))
+        sequence.finish()
+        #expect(try await drain(other) == [1, 2, 3, 4, 5])
+        #expect(subscription.isEvicted)
+    }
+
+    @Test func aReaderThatKeepsUpIsNeverEvicted() async throws {
+        let sequence = BroadcastSequence(of: Int.self)
+        let subscription = sequence.subscribe(eviction: .hardLimit(1))
+        for value in 1...100 {
+            #expect(sequence.send(value).evicted == 0)
+            #expect(pollOne(subscription) == value)
+        }
+        #expect(!subscription.isEvicted)
+    }
+
+    @Test(arguments: [BroadcastBufferingPolicy.unbounded, .bufferingNewest(8)])
+    func aWaitingReaderIsWokenWithTheEnd(policy: BroadcastBufferingPolicy) async throws {
+        let sequence = BroadcastSequence(of: Int.self)
+        let subscription = sequence.subscribe(bufferingPolicy: policy, eviction: .hardLimit(1))
+        let plain = Task { () -> Int? in
+            var iterator = subscription.makeAsyncIterator()
+            return await iterator.next()
+        }
+        try await waitUntil("the reader waits") { subscription.isConsumerWaiting }
+        #expect(sequence.send(contentsOf: [1, 2]) == BroadcastSendResult(evicted: 1))
+        #expect(try await withDeadline("the woken reader") { await plain.value } == nil)
+        #expect(subscription.isEvicted)
+
+        let events = sequence.subscribe(bufferingPolicy: policy, eviction: .hardLimit(1))
+        let reader = Task { () -> [BroadcastEvent<Int>] in
+            var result: [BroadcastEvent<Int>] = []
+            for await event in events.events { result.append(event) }
+            return result
+        }
+        try await waitUntil("the events reader waits") { events.isConsumerWaiting }
+        #expect(sequence.send(contentsOf: [1, 2]) == BroadcastSendResult(evicted: 1))
+        #expect(try await withDeadline("the woken events reader") { await reader.value } == [])
+    }
+
+    @Test func emitEvictsToo() async throws {
+        let sequence = BroadcastSequence(of: Int.self)
+        let subscription = sequence.subscribe(eviction: .hardLimit(2))
+        #expect(try await sequence.emit(1) == BroadcastSendResult(delivered: 1))
+        #expect(try await sequence.emit(2) == BroadcastSendResult(delivered: 1))
+        #expect(try await sequence.emit(3) == BroadcastSendResult(evicted: 1))
+        #expect(subscription.isEvicted)
+        #expect(sequence.subscriberCount == 0)
+    }
+
+    @Test func isEvictedIsFalseAfterCancelAndAfterFinish() async throws {
+        let sequence = BroadcastSequence(of: Int.self)
+        let cancelled = sequence.subscribe(eviction: .hardLimit(1))
+        let finished = sequence.subscribe(eviction: .hardLimit(1))
+        sequence.send(1)
+        cancelled.cancel()
+        sequence.finish()
+        #expect(try await drain(finished) == [1])
+        #expect(!cancelled.isEvicted)
+        #expect(!finished.isEvicted)
+        #expect(sequence.send(2).isFinished)
+    }
+
+    @Test func emittersWaitingOnAnEvictedBoundedSubscriberAreReleased() async throws {
+        let sequence = BroadcastSequence(of: Int.self)
+        let subscription = sequence.subscribe(bufferingPolicy: .bounded(2), eviction: .hardLimit(3))
+        _ = try await sequence.emit(1)
+        _ = try await sequence.emit(2)  // full
+        let emitter = Task { try await sequence.emit(3) }
+        try await waitUntil("the emitter waits") { sequence.waitingEmitterCount == 1 }
+        #expect(sequence.send(4) == BroadcastSendResult(delivered: 1))  // over-filled to 3: the limit
+        #expect(sequence.waitingEmitterCount == 1)
+        #expect(sequence.send(5) == BroadcastSendResult(evicted: 1))  // would hold 4: evicted
+        let released = try await withDeadline("the released emitter") { try await emitter.value }
+        #expect(released == BroadcastSendResult())  // nobody left to deliver to
+        #expect(subscription.isEvicted)
+        #expect(sequence.waitingEmitterCount == 0)
+    }
+
+    @Test func aBatchThatWouldExceedTheLimitIsNotDeliveredToIt() async throws {
+        let sequence = BroadcastSequence(of: Int.self)
+        let subscription = sequence.subscribe(eviction: .hardLimit(4))
+        #expect(sequence.send(contentsOf: [1, 2, 3]) == BroadcastSendResult(delivered: 3))
+        #expect(sequence.send(contentsOf: [4, 5]) == BroadcastSendResult(evicted: 1))
+        #expect(subscription.isEvicted)
+        #expect(try await drain(subscription) == [])
+    }
+
+    @Test func droppingPoliciesWithinTheLimitAreNeverEvicted() async throws {
+        let sequence = BroadcastSequence(of: Int.self)
+        let oldest = sequence.subscribe(bufferingPolicy: .bufferingOldest(2), eviction: .hardLimit(2))
+        let newest = sequence.subscribe(bufferingPolicy: .bufferingNewest(2), eviction: .hardLimit(2))
+        let tight = sequence.subscribe(bufferingPolicy: .bufferingNewest(4), eviction: .hardLimit(2))
+        for value in 1...10 { sequence.send(value) }
+        #expect(!oldest.isEvicted && !newest.isEvicted)
+        #expect(tight.isEvicted)  // its capacity lets it grow past the limit
+        sequence.finish()
+        #expect(try await drain(oldest) == [1, 2])
+        #expect(try await drain(newest) == [9, 10])
+    }
+
+    @Test func aListenersSinkEvicts() async throws {
+        let sinks = Locked<[BroadcastSink<Int, Never>]>([])
+        let sequence = BroadcastSequence<Int, Never>(started: .lazily) { sink in
+            sinks.withLock { $0.append(sink) }
+            return {}
+        }
+        let subscription = sequence.subscribe(eviction: .hardLimit(1))
+        try await waitUntil("the listener is registered") { !sinks.value.isEmpty }
+        let sink = sinks.value[0]
+        #expect(sink.send(1) == BroadcastSendResult(delivered: 1))
+        #expect(sink.send(2) == BroadcastSendResult(evicted: 1))
+        #expect(subscription.isEvicted)
+        #expect(sequence.subscriberCount == 0)
+        #expect(try await drain(subscription) == [])
+    }
+
+    @Test func aTopicSubscriberIsEvictedAndTheTopicRetired() async throws {
+        let topics = BroadcastTopics<String, Int, Never>()
+        let member = topics.subscribe(to: "room", eviction: .hardLimit(2))
+        let other = topics.subscribe(to: "other", bufferingPolicy: .bufferingOldest(1), eviction: .hardLimit(1))
+        topics.send(1, to: "room")
+        topics.send(2, to: "room")
+        #expect(topics.send(3, to: "room") == BroadcastSendResult(evicted: 1))
+        #expect(member.isEvicted && !other.isEvicted)
+        #expect(topics.subscriberCount(of: "room") == 0)
+        #expect(topics.topicCount == 1)  // "room" retired
+        #expect(try await drain(member) == [])
+    }
+
+    @available(macOS 13, iOS 16, tvOS 16, watchOS 9, *)
+    @Test func theSoftLimitEvictsOnlyAfterItWasExceededAtEverySendForTheDuration() async throws {
+        let clock = ManualClock()
+        let sequence = BroadcastSequence(of: Int.self)
+        let subscription = sequence.subscribe(eviction: .softLimit(2, for: .seconds(10)), clock: clock)
+        for value in 1...3 { sequence.send(value) }  // holds 3 > 2 from now on
+        #expect(sequence.send(4).evicted == 0)       // over: the time starts
+        clock.advance(by: .seconds(9))
+        #expect(sequence.send(5).evicted == 0)       // over for 9 s
+        // The reader catches up to 2: the next send resets the time.
+        for value in 1...3 { #expect(pollOne(subscription) == value) }
+        #expect(sequence.send(6).evicted == 0)       // held 2: reset
+        #expect(sequence.send(7).evicted == 0)       // held 3: over, the time starts again
+        clock.advance(by: .seconds(9))
+        #expect(sequence.send(8).evicted == 0)
+        clock.advance(by: .seconds(1))
+        #expect(sequence.send(9) == BroadcastSendResult(evicted: 1))  // over for 10 s at every send
+        #expect(subscription.isEvicted)
+    }
+
+    @available(macOS 13, iOS 16, tvOS 16, watchOS 9, *)
+    @Test func bothLimitsWhicheverComesFirst() async throws {
+        let clock = ManualClock()
+        let sequence = BroadcastSequence(of: Int.self)
+        let subscription = sequence.subscribe(eviction: .limits(hard: 5, soft: 1, for: .seconds(60)), clock: clock)
+        for value in 1...5 { #expect(sequence.send(value).evicted == 0) }
+        #expect(sequence.send(6).evicted == 1)  // the hard limit, long before 60 s
+        #expect(subscription.isEvicted)
+        #expect(BroadcastEviction.never == BroadcastEviction.never)
+        #expect(BroadcastEviction.hardLimit(3) != BroadcastEviction.hardLimit(4))
+    }
+
+    /// A sender thread and a reader that stops reading: the sender evicts it
+    /// while the reader may be anywhere (also under ThreadSanitizer); what it
+    /// read is an in-order prefix, and exactly one send reports the eviction.
+    @Test(arguments: [BroadcastBufferingPolicy.unbounded, .bounded(8), .bufferingNewest(64)])
+    func aSenderThreadEvictsAReaderThatFallsBehind(policy: BroadcastBufferingPolicy) async throws {
+        let sequence = BroadcastSequence(of: Int.self)
+        let evicting = sequence.subscribe(bufferingPolicy: policy, eviction: .hardLimit(16))
+        let keeper = sequence.subscribe(bufferingPolicy: .unbounded)
+        let stopAt = 500
+        let reader = Task { () -> [Int] in
+            var received: [Int] = []
+            for await value in evicting.events {
+                guard case .element(let value) = value else { continue }
+                received.append(value)
+                if received.count == stopAt {
+                    // Stop reading until evicted (yielding: no sleep).
+                    while !evicting.isEvicted { await Task.yield() }
+                }
+            }
+            return received
+        }
+        try await waitUntil("the reader waits") { evicting.isConsumerWaiting }
+        let count = 50_000
+        let evictions = try await onThread("the sender") {
+            var evictions = 0
+            for value in 0..<count { evictions += sequence.send(value).evicted }
+            sequence.finish()
+            return evictions
+        }
+        let received = try await withDeadline("the evicted reader") { await reader.value }
+        #expect(evictions == 1)
+        #expect(evicting.isEvicted)
+        #expect(received.count <= stopAt + 16)  // it read at most its limit past where it stopped
+        #expect(received == Array(0..<received.count))
+        #expect(try await drain(keeper).count == count)
+    }
+}
