@@ -35,6 +35,12 @@
 #                        producer sends and a reader keeps up: a count above
 #                        the policy's capacity). No stress round or fuzz
 #                        target reads bufferedCount concurrently.
+#   LAG_MARKER_OFF_BY_ONE
+#                        a lock-free buffer records a lag marker one element
+#                        late; caught by LagEventsTests' .bufferingOldest
+#                        placement test (the `.lagged(n)` comes after the
+#                        element that follows the gap). Element counts and
+#                        droppedCount stay right: only the events' order shows it.
 #
 # Environment: TEST_FAULT_ATTEMPTS (faulted runs per fault, default 3).
 # Scratch: .build-fault-test-<name> (ignored by git). Exit status: 0 iff
@@ -48,6 +54,7 @@ pairs=(
     "TOPIC_RETIRES_BUSY aSubscribeRacingTheLastCancelMissesNothingSentAfterIt"
     "TOPIC_STARTS_UNBLOCKED TopicsListenerTests"
     "TORN_BUFFERED_COUNT aSnapshotWhileTheReaderKeepsUpNeverExceedsWhatThePolicyAllows"
+    "LAG_MARKER_OFF_BY_ONE bufferingOldestPutsTheGapAfterWhatItHeldBeforeTheNextAccepted"
 )
 
 # The hand-off test caught the fault in every run seen, idle or loaded; the

@@ -72,6 +72,48 @@ import Testing
         _ = (c, d)
     }
 
+    @Test func everyLagAndEvictionDeclarationHasItsContractSignature() async throws {  // v5, A and B
+        // BroadcastEvent: Sendable; Equatable/Hashable when Element is.
+        let events: [BroadcastEvent<Int>] = [.element(1), .lagged(2)]
+        #expect(Set(events).count == 2)
+        requireSendableHashable(BroadcastEvent<Int>.self)
+
+        let sequence = BroadcastSequence(of: Int.self, throwing: NetworkError.self)
+        let subscription = sequence.subscribe(bufferingPolicy: .bufferingOldest(1))
+        let view: BroadcastSequence<Int, NetworkError>.Subscription.Events = subscription.events
+        requireAsyncSequence(view)
+        requireSendable(view)
+        var iterator: BroadcastSequence<Int, NetworkError>.Subscription.Events.AsyncIterator = view.makeAsyncIterator()
+        sequence.send(1)
+        sequence.send(2)
+        let first: BroadcastEvent<Int>? = try await iterator.next()
+        #expect(first == .element(1))
+        let second: BroadcastEvent<Int>? = try await iterator.next(isolation: nil)
+        #expect(second == .lagged(1))
+        sequence.finish()
+        var batch: [BroadcastEvent<Int>] = []
+        let read: Int = try await iterator.next(upTo: 4, into: &batch)
+        #expect(read == 0)
+
+        // BroadcastEviction: Sendable, Hashable; four ways to make one.
+        requireSendableHashable(BroadcastEviction.self)
+        let limits: [BroadcastEviction] = [.never, .hardLimit(1), .softLimit(1, for: .seconds(1)),
+                                           .limits(hard: 2, soft: 1, for: .seconds(1))]
+        #expect(Set(limits).count == 4)
+        let plain = BroadcastSequence(of: Int.self)
+        let evicting: BroadcastSequence<Int, Never>.Subscription = plain.subscribe(bufferingPolicy: nil, eviction: .hardLimit(1))
+        let defaulted = plain.subscribe(eviction: .never)
+        let topics = BroadcastTopics<String, Int, Never>()
+        let member: BroadcastTopics<String, Int, Never>.Subscription = topics.subscribe(to: "a", bufferingPolicy: nil, eviction: .hardLimit(1))
+        let defaultedMember = topics.subscribe(to: "a", eviction: .never)
+        let isEvicted: Bool = evicting.isEvicted
+        #expect(!isEvicted && !defaulted.isEvicted && !member.isEvicted && !defaultedMember.isEvicted)
+        var result = BroadcastSendResult()
+        result.evicted = 1
+        let evicted: Int = result.evicted
+        #expect(evicted == 1)
+    }
+
     @Test func everyValueDeclarationHasItsContractSignature() async throws {
         let a = BroadcastValue(1)
         let b = BroadcastValue(1, throwing: NetworkError.self)

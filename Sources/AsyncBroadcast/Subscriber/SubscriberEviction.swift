@@ -49,7 +49,11 @@ final class SubscriberEviction: @unchecked Sendable {
         if limits.isNever { return nil }
         let origin = clock.now
         return SubscriberEviction(limits) {
-            BroadcastEviction.nanoseconds(origin.duration(to: clock.now), argument: "clock")
+            // Never negative (a clock that went back counts as no time).
+            let (seconds, attoseconds) = origin.duration(to: clock.now).components
+            if seconds < 0 { return 0 }
+            if seconds >= Int64(Int.max / 1_000_000_000) { return .max }
+            return Int(seconds) * 1_000_000_000 + Int(attoseconds / 1_000_000_000)
         }
     }
 }
