@@ -133,7 +133,9 @@ struct BroadcastState<Element: Sendable, Failure: Error>: ~Copyable {
     /// cache twice per subscriber at large N. Above `prefetchThreshold`
     /// subscribers the loop prefetches ahead (`SubscriberCore.prefetchObject`).
     @inlinable
-    mutating func deliver(_ element: Element, effects: inout Effects<Element>) -> BroadcastSendResult {
+    /// `replayable: false` (`send(_:replayable:)`): the replay window keeps what it had.
+    mutating func deliver(_ element: Element, replayable: Bool = true,
+                          effects: inout Effects<Element>) -> BroadcastSendResult {
         var result = BroadcastSendResult()
         // By index: `for … in subscribers` copies the array, and the retain
         // and release of its buffer cost a fifth of a send at N = 1 (an
@@ -165,7 +167,7 @@ struct BroadcastState<Element: Sendable, Failure: Error>: ~Copyable {
             }
             wakeParkedReaders(from: chunkStart, to: chunkEnd, effects: &effects)
         }
-        if replayLimit > 0 { remember(element, effects: &effects) }
+        if replayLimit > 0 && replayable { remember(element, effects: &effects) }
         return result
     }
 
