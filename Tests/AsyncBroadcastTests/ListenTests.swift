@@ -168,6 +168,33 @@ import Testing
         try await stopped(shared)
     }
 
+    @available(macOS 13, iOS 16, tvOS 16, watchOS 9, *)
+    @Test func subscribersComingAndGoingAlwaysFindTheirRegistrationReadyAndListenersNeverOverlap() async throws {
+        let listener = Listener()
+        let shared = Shared(started: .whileSubscribed(), listen: listener.listen)
+        let notReady = Locked(0)
+        try await withDeadline("4 tasks × 50 subscribe / upstreamReady / cancel") {
+            await withTaskGroup(of: Void.self) { group in
+                for _ in 0..<4 {
+                    group.addTask {
+                        for _ in 0..<50 {
+                            let subscription = shared.subscribe()
+                            if (try? await subscription.upstreamReady()) != true { notReady.withLock { $0 += 1 } }
+                            subscription.cancel()
+                        }
+                    }
+                }
+            }
+        }
+        #expect(notReady.value == 0, "a registered subscriber's upstreamReady() was not true")
+        shared.finish()
+        try await stopped(shared)
+        let state = listener.state.value
+        #expect(state.maxActive == 1, "two listeners were in place at once")
+        #expect(state.listens == state.takeDowns && state.active == 0, "\(state.listens) listens, \(state.takeDowns) take-downs")
+        #expect(shared.upstreamWaiterCounts.ready == 0 && shared.upstreamWaiterCounts.stopped == 0)
+    }
+
     // MARK: Topics
 
     @available(macOS 13, iOS 16, tvOS 16, watchOS 9, *)

@@ -132,8 +132,8 @@ struct BroadcastState<Element: Sendable, Failure: Error>: ~Copyable {
     /// cache then. One pass over all N after delivering to all N missed the
     /// cache twice per subscriber at large N. Above `prefetchThreshold`
     /// subscribers the loop prefetches ahead (`SubscriberCore.prefetchObject`).
-    @inlinable
     /// `replayable: false` (`send(_:replayable:)`): the replay window keeps what it had.
+    @inlinable
     mutating func deliver(_ element: Element, replayable: Bool = true,
                           effects: inout Effects<Element>) -> BroadcastSendResult {
         var result = BroadcastSendResult()
