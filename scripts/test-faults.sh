@@ -29,6 +29,12 @@
 #                        a topic's new generation registers its listener
 #                        while the previous one's unregister still runs;
 #                        caught by TopicsListenerTests.
+#   SHARING_RESTART_BEFORE_TAKEDOWN
+#                        an asynchronous listener (init(listen:)) restarts as
+#                        soon as its run is stopped, while the previous
+#                        take-down still runs; caught by ListenTests' restart
+#                        test (the take-down is held open by a promise; the
+#                        new subscriber must not start a run before it returns).
 #   TORN_BUFFERED_COUNT  bufferedCount loads head, then tail, as two separate
 #                        reads; caught by BufferedCountTests' concurrent
 #                        snapshot test (an observer thread reading while a
@@ -55,6 +61,7 @@ pairs=(
     "TOPIC_STARTS_UNBLOCKED TopicsListenerTests"
     "TORN_BUFFERED_COUNT aSnapshotWhileTheReaderKeepsUpNeverExceedsWhatThePolicyAllows"
     "LAG_MARKER_OFF_BY_ONE bufferingOldestPutsTheGapAfterWhatItHeldBeforeTheNextAccepted"
+    "SHARING_RESTART_BEFORE_TAKEDOWN aRestartWaitsForThePreviousTakeDownToReturn"
 )
 
 # The hand-off test caught the fault in every run seen, idle or loaded; the

@@ -275,6 +275,48 @@ import Testing
         func makeAsyncIterator() -> AsyncIterator { AsyncIterator() }
     }
 
+    /// Contract v5, sections C, D and E: readiness, asynchronous listeners,
+    /// out-of-band sends.
+    @available(macOS 13, iOS 16, tvOS 16, watchOS 9, *)
+    @Test func everyV5SharingDeclarationHasItsContractSignature() async throws {
+        // C. BroadcastSink.ready(), Subscription.upstreamReady().
+        let ready: (BroadcastSink<Int, NetworkError>) -> () -> Void = { $0.ready }
+        let upstreamReady: (BroadcastSequence<Int, NetworkError>.Subscription) -> () async throws(CancellationError) -> Bool
+            = { $0.upstreamReady }
+        _ = (ready, upstreamReady)
+
+        // D. init(listen:) with every argument and defaulted, upstreamStopped().
+        let listen: @Sendable (BroadcastSink<Int, NetworkError>) async -> @Sendable () async -> Void = { sink in
+            sink.ready()
+            return {}
+        }
+        let listening = BroadcastSequence<Int, NetworkError>(bufferingPolicy: .bounded(2), replay: 1,
+                                                             started: .whileSubscribed(), listen: listen)
+        let listeningDefaulted = BroadcastSequence<Int, Never>(listen: { _ in {} })
+        let stopped: () async -> Void = listening.upstreamStopped
+        #expect(try await listening.subscribe().upstreamReady() == true)
+        listening.finish()
+        await stopped()
+        _ = listeningDefaulted
+
+        typealias Topics = BroadcastTopics<String, Int, NetworkError>
+        let topicListen: @Sendable (String, BroadcastSink<Int, NetworkError>) async -> @Sendable () async -> Void = { _, _ in {} }
+        let topics = Topics(bufferingPolicy: .unbounded, replay: 1, stopAfter: .zero, listen: topicListen)
+        let topicsDefaulted = BroadcastTopics<String, Int, Never>(listen: { _, _ in {} })
+        let listenersStopped: () async -> Void = topics.listenersStopped
+        topics.finish()
+        await listenersStopped()
+        _ = topicsDefaulted
+
+        // E. send(_:replayable:) on the sequence, the sink and the topics.
+        let sequenceSend: (Int, Bool) -> BroadcastSendResult = listening.send(_:replayable:)
+        let sinkSend: (BroadcastSink<Int, NetworkError>) -> (Int, Bool) -> BroadcastSendResult = { $0.send(_:replayable:) }
+        let topicsSend: (Int, String, Bool) -> BroadcastSendResult = topics.send(_:to:replayable:)
+        _ = (sequenceSend, sinkSend, topicsSend)
+        _ = listening.send(1, replayable: false)
+        _ = topics.send(1, to: "a", replayable: false)
+    }
+
     func requireSendableHashable<T: Sendable & Hashable>(_: T.Type) {}
     func requireSendable<T: Sendable>(_: T) {}
     func requireAsyncSequence<S: AsyncSequence>(_: S) {}

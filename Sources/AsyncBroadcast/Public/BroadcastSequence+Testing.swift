@@ -60,3 +60,15 @@ extension BroadcastSequence {
     @_spi(Testing)
     public var sharingCounters: SharingCounters { storage.sharingCounters }
 }
+
+extension BroadcastSequence {
+    /// Tasks waiting now in `Subscription.upstreamReady()` and in
+    /// `upstreamStopped()` (a test's proof that a waiter is parked).
+    @_spi(Testing)
+    public var upstreamWaiterCounts: (ready: Int, stopped: Int) {
+        storage.lock.withLock {
+            guard let sharing = storage.state.sharing else { return (0, 0) }
+            return (sharing.readinessWaiters.table.occupied, sharing.stoppedWaiters.table.occupied)
+        }
+    }
+}

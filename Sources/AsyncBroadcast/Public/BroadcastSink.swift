@@ -50,4 +50,29 @@ public struct BroadcastSink<Element: Sendable, Failure: Error>: Sendable {
     public func finish(throwing error: Failure) {
         storage.runEnded(generation: generation, end: .failed(error), taskReturned: false)
     }
+
+    /// Says this registration's listener is in place: subscribers waiting
+    /// in ``BroadcastSequence/Subscription/upstreamReady()`` go on, and
+    /// later ones do not wait. Idempotent; ignored once the registration
+    /// stopped or the sequence finished.
+    ///
+    /// ```swift
+    /// let listener = try await connection.listen(on: "orders") { sink.send($0) }
+    /// sink.ready()
+    /// ```
+    public func ready() {
+        storage.sinkReady(generation: generation)
+    }
+
+    /// Hands `element` to every current subscriber, as ``send(_:)`` does;
+    /// with `replayable: false` the replay window keeps what it had (see
+    /// ``BroadcastSequence/send(_:replayable:)``).
+    ///
+    /// ```swift
+    /// sink.send(.resync, replayable: false)   // after a reconnect: not for later subscribers
+    /// ```
+    @inlinable @discardableResult
+    public func send(_ element: Element, replayable: Bool) -> BroadcastSendResult {
+        storage.sinkSend(element, replayable: replayable, generation: generation)
+    }
 }

@@ -61,7 +61,7 @@ public final class BroadcastTopics<Topic: Hashable & Sendable, Element: Sendable
     public init(bufferingPolicy: BufferingPolicy = .unbounded, replay: Int = 0) {
         if replay < 0 { misuse("replay must not be negative (got \(replay))") }
         bufferingPolicy.validate(argument: "bufferingPolicy")
-        registry = TopicRegistry(defaultPolicy: bufferingPolicy, replay: replay, listener: nil)
+        registry = TopicRegistry(defaultPolicy: bufferingPolicy, replay: replay)
     }
 
     /// Creates a set of topics, each fed by a callback listener while it is
@@ -108,12 +108,16 @@ public final class BroadcastTopics<Topic: Hashable & Sendable, Element: Sendable
                   started: .whileSubscribed(stopAfter: stopAfter, clock: clock), register: register)
     }
 
+    convenience init(bufferingPolicy: BufferingPolicy, replay: Int, started: BroadcastStart,
+                     register: @escaping @Sendable (_ topic: Topic, _ sink: BroadcastSink<Element, Failure>) -> @Sendable () -> Void) {
+        self.init(bufferingPolicy: bufferingPolicy, replay: replay, started: started, source: .register(register))
+    }
+
     init(bufferingPolicy: BufferingPolicy, replay: Int, started: BroadcastStart,
-         register: @escaping @Sendable (_ topic: Topic, _ sink: BroadcastSink<Element, Failure>) -> @Sendable () -> Void) {
+         source: TopicRegistry<Topic, Element, Failure>.Listener.Source) {
         if replay < 0 { misuse("replay must not be negative (got \(replay))") }
         bufferingPolicy.validate(argument: "bufferingPolicy")
-        registry = TopicRegistry(defaultPolicy: bufferingPolicy, replay: replay,
-                                 listener: .init(start: started, register: register))
+        registry = TopicRegistry(defaultPolicy: bufferingPolicy, replay: replay, start: started, source: source)
     }
 
     deinit {

@@ -8,8 +8,11 @@ struct MembershipFollowUp {
     var countsAreFinal = false
     /// This thread claimed the sharing reconciler role.
     var reconcile = false
+    /// `upstreamReady()` waiters to wake: a subscriber left, or the
+    /// sequence ended (each rechecks its own case).
+    var readinessWakes: WaiterTable?
 
-    @usableFromInline var isEmpty: Bool { counts == nil && !reconcile }
+    @usableFromInline var isEmpty: Bool { counts == nil && !reconcile && readinessWakes == nil }
 
     @usableFromInline init() {}
 }
@@ -37,6 +40,9 @@ extension BroadcastState {
         }
         if sharing != nil {
             if changed { sharing!.subscribersChanged(from: countBefore, to: countAfter) }
+            if (countAfter < countBefore || terminalChanged) && !sharing!.readinessWaiters.isEmpty {
+                followUp.readinessWakes = sharing!.readinessWaiters.takeAll()
+            }
             followUp.reconcile = sharing!.claimReconciler()
         }
         return followUp
@@ -52,13 +58,36 @@ extension BroadcastState {
             sharing!.pendingEmit = nil
             cancelEmit(id, effects: &effects)
         }
+        if action == nil { wakeIfUpstreamStopped(effects: &effects) }
         return action
+    }
+
+    /// Wakes the `upstreamStopped()` waiters if nothing of the upstream runs.
+    @usableFromInline
+    mutating func wakeIfUpstreamStopped(effects: inout Effects<Element>) {
+        if sharing!.upstreamIsStopped { sharing!.stoppedWaiters.wakeAll(into: &effects) }
+    }
+
+    /// Whether the listener serving `subscriber` said it is ready (see
+    /// `Subscription.upstreamReady()`); `nil` while that is not decided.
+    ///
+    /// While a subscriber is registered and the sequence goes on, the run
+    /// serving it cannot change (a run stops only with no subscriber, or
+    /// at the end), so the current readiness is its readiness.
+    @usableFromInline
+    func upstreamReadiness(of subscriber: SubscriberCore<Element, Failure>) -> Bool? {
+        guard let sharing, sharing.hasListener else { return true }
+        guard subscriber.registryIndex != nil else { return false }  // ended, or never registered
+        if sharing.readyGeneration != 0 { return true }
+        return terminal == nil ? nil : false
     }
 
     @usableFromInline
     func _checkSharingInvariants() {
         guard let sharing else { return }
         sharing._checkInvariants()
+        sharing.readinessWaiters._checkInvariants()
+        sharing.stoppedWaiters._checkInvariants()
         internalInvariant(sharing.subscriberCount == subscribers.count || Fault.leakSubscriber,
                           "sharing counts \(sharing.subscriberCount) subscribers, the registry \(subscribers.count)")
         if let id = sharing.pendingEmit {

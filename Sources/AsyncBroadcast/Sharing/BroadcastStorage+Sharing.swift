@@ -14,6 +14,7 @@ extension BroadcastStorage {
             counts.update { $0 = registeredCount.loadAcquire() }
             if followUp.countsAreFinal { counts.finish() }
         }
+        followUp.readinessWakes?.resumeWaiting()
         if followUp.reconcile { reconcileSharing() }
     }
 
@@ -49,6 +50,8 @@ extension BroadcastStorage {
             case .listener(let register):
                 let unregister = register(BroadcastSink(storage: self, generation: generation))
                 return .started(generation: generation, handle: .listener(unregister: unregister))
+            case .asyncListener(let listen):
+                return .started(generation: generation, handle: .task(launchListener(listen, generation: generation)))
             }
         case .stop(let handle):
             if Fault.sharingSkipStop { return nil }
@@ -69,6 +72,41 @@ extension BroadcastStorage {
         case .cancelTimer(let task):
             task.cancel()
             return nil
+        }
+    }
+
+    /// The task of an asynchronous listener's run: `listen`, then (once the
+    /// stop cancels it) the take-down, in a task of its own so that it does
+    /// not run cancelled (an async close must be able to await). The run
+    /// is over when both have returned; until then nothing restarts
+    /// (`SharingState.takeDownPending`).
+    private func launchListener(
+        _ listen: @escaping @Sendable (BroadcastSink<Element, Failure>) async -> @Sendable () async -> Void,
+        generation: UInt64
+    ) -> Task<Void, Never> {
+        let sink = BroadcastSink(storage: self, generation: generation)
+        return Task.detached {
+            let takeDown = await listen(sink)
+            // Only the stop cancels this task: until then the listener is
+            // in place. The promise is never completed; it is a place to
+            // wait that cancellation leaves at once.
+            _ = try? await BroadcastPromise<Void, Never>().value
+            await Task.detached { await takeDown() }.value
+            self.listenerTaskReturned()
+        }
+    }
+
+    private func listenerTaskReturned() {
+        let reconcile = withState { state, effects in
+            state.sharing!.counters.liveUpstreamTasks -= 1
+            state.wakeIfUpstreamStopped(effects: &effects)
+            return state.sharing!.claimReconciler()
+        }
+        if reconcile {
+            reconcileSharing()
+        } else {
+            // A topic's generation waits for this to retire.
+            topicObserver?(self)
         }
     }
 
@@ -131,7 +169,10 @@ extension BroadcastStorage {
     @usableFromInline
     func runEnded(generation: UInt64, end: BroadcastState<Element, Failure>.Terminal?, taskReturned: Bool) {
         let followUp = withState { state, effects in
-            if taskReturned { state.sharing!.counters.liveUpstreamTasks -= 1 }
+            if taskReturned {
+                state.sharing!.counters.liveUpstreamTasks -= 1
+                state.wakeIfUpstreamStopped(effects: &effects)
+            }
             guard let end, state.terminal == nil, state.sharing!.isCurrent(generation) else {
                 return MembershipFollowUp()
             }
@@ -144,12 +185,35 @@ extension BroadcastStorage {
 
     /// `BroadcastSink.send`: like `send`, while run `generation` is current.
     @inlinable
-    func sinkSend(_ element: Element, generation: UInt64) -> BroadcastSendResult {
+    func sinkSend(_ element: Element, replayable: Bool = true, generation: UInt64) -> BroadcastSendResult {
         withState(.sender) { state, effects in
             guard state.terminal == nil, state.sharing!.isCurrent(generation) || Fault.sharingStaleDelivery else {
                 return .finished
             }
-            return state.deliver(element, effects: &effects)
+            return state.deliver(element, replayable: replayable, effects: &effects)
+        }
+    }
+
+    /// `BroadcastSink.ready()`: run `generation`'s listener is in place,
+    /// if that run is still current.
+    func sinkReady(generation: UInt64) {
+        withState { state, effects in
+            guard state.terminal == nil, let sharing = state.sharing, sharing.isCurrent(generation),
+                  sharing.readyGeneration != generation else { return }
+            sharing.readyGeneration = generation
+            sharing.readinessWaiters.wakeAll(into: &effects)
+        }
+    }
+
+    /// `Subscription.upstreamReady()`; `nil` when cancelled.
+    func upstreamReady(for subscriber: SubscriberCore<Element, Failure>) async -> Bool? {
+        await waitForSharing(.ready) { state in state.upstreamReadiness(of: subscriber) }
+    }
+
+    /// `upstreamStopped()`; returns early when cancelled.
+    func upstreamStopped() async {
+        _ = await waitForSharing(.stopped) { state in
+            (state.sharing?.upstreamIsStopped ?? true) ? () : nil
         }
     }
 

@@ -6,9 +6,25 @@ enum SharedSource<Element: Sendable, Failure: Error>: Sendable {
     case upstream(launch: @Sendable (BroadcastStorage<Element, Failure>, UInt64) -> Task<Void, Never>)
     /// Registers a listener; returns its unregister closure.
     case listener(register: @Sendable (BroadcastSink<Element, Failure>) -> @Sendable () -> Void)
+    /// Sets a listener up in a task the library owns; returns its take-down.
+    case asyncListener(listen: @Sendable (BroadcastSink<Element, Failure>) async -> @Sendable () async -> Void)
 
     @usableFromInline var runsAreTasks: Bool {
-        if case .upstream = self { return true }
+        switch self {
+        case .upstream, .asyncListener: return true
+        case .listener: return false
+        }
+    }
+
+    @usableFromInline var hasListener: Bool {
+        switch self {
+        case .listener, .asyncListener: return true
+        case .upstream: return false
+        }
+    }
+
+    @usableFromInline var awaitsTakeDown: Bool {
+        if case .asyncListener = self { return true }
         return false
     }
 }

@@ -42,8 +42,15 @@ final class SharingState {
     }
 
     let mode: BroadcastStart.Mode
-    /// Runs are tasks iterating an upstream (not listener registrations).
+    /// Runs are tasks (an upstream's iteration, or an asynchronous
+    /// listener's `listen` and take-down), counted in `liveUpstreamTasks`.
     let runsAreTasks: Bool
+    /// Runs are listener registrations, whose sink says when they are
+    /// ready (`BroadcastSink.ready()`); an upstream's runs are ready at once.
+    let hasListener: Bool
+    /// Runs are asynchronous listeners: a run is over only once its task
+    /// has returned (its take-down awaited), and nothing restarts before.
+    let awaitsTakeDown: Bool
 
     var run: Run = .stopped
     /// Of the latest run; a run's elements and its end count only while it
@@ -61,6 +68,15 @@ final class SharingState {
     /// The current run's `emit` that waits for room, cancelled when the run stops.
     @usableFromInline var pendingEmit: Int?
     var counters = SharingCounters()
+    /// The run whose sink called `ready()`, while it runs (or, once the
+    /// sequence has ended, the last run's); 0 for none. Cleared when a run
+    /// stops and the sequence goes on: the next run must say it again.
+    @usableFromInline var readyGeneration: UInt64 = 0
+    /// `Subscription.upstreamReady()` callers: woken at `ready()`, at the
+    /// end, and when a subscriber leaves; each rechecks its own case.
+    @usableFromInline var readinessWaiters = SharingWaiters()
+    /// `upstreamStopped()` callers: woken when nothing of the upstream runs.
+    @usableFromInline var stoppedWaiters = SharingWaiters()
 
     /// A topic's new generation whose previous one is still stopping its
     /// run (`BroadcastTopics`): nothing starts until the registry clears
@@ -68,23 +84,38 @@ final class SharingState {
     @usableFromInline var startBlocked: Bool
 
     @usableFromInline
-    init(mode: BroadcastStart.Mode, runsAreTasks: Bool, startBlocked: Bool = false) {
+    init<Element, Failure>(mode: BroadcastStart.Mode, source: SharedSource<Element, Failure>, startBlocked: Bool = false) {
         self.mode = mode
-        self.runsAreTasks = runsAreTasks
+        self.runsAreTasks = source.runsAreTasks
+        self.hasListener = source.hasListener
+        self.awaitsTakeDown = source.awaitsTakeDown
         self.startBlocked = startBlocked
     }
 
     /// No subscriber, and nothing runs, starts, stops or waits to stop.
     @usableFromInline var isIdle: Bool {
         guard case .stopped = run else { return false }
-        return subscriberCount == 0 && !reconciling && !lingering && timer == nil
+        return subscriberCount == 0 && !reconciling && !lingering && timer == nil && !takeDownPending
     }
 
-    /// The last run has stopped and its unregister (or cancellation) has
-    /// been performed.
+    /// The last run has stopped and its unregister (or cancellation, or
+    /// asynchronous take-down) has been performed.
     @usableFromInline var hasStopped: Bool {
         guard case .stopped = run else { return false }
-        return !reconciling
+        return !reconciling && !takeDownPending
+    }
+
+    /// A stopped asynchronous listener's task has not returned yet: its
+    /// `listen` or its take-down still runs. No run starts meanwhile.
+    var takeDownPending: Bool {
+        awaitsTakeDown && counters.liveUpstreamTasks > 0 && !Fault.sharingRestartBeforeTakeDown
+    }
+
+    /// Nothing of the upstream runs: no run, no start or stop being
+    /// performed, no upstream or listener task alive (`upstreamStopped()`).
+    @usableFromInline var upstreamIsStopped: Bool {
+        guard case .stopped = run else { return false }
+        return !reconciling && counters.liveUpstreamTasks == 0
     }
 
     // MARK: Queries
@@ -115,7 +146,7 @@ final class SharingState {
     var needsAction: Bool {
         if timerIsStale || (lingering && timer == nil) { return true }
         switch run {
-        case .stopped: return wantsRun
+        case .stopped: return wantsRun && !takeDownPending
         case .running: return !wantsRun
         case .starting: return false
         }
@@ -170,7 +201,7 @@ final class SharingState {
             return .startTimer(token: lingerToken)
         }
         switch run {
-        case .stopped where wantsRun:
+        case .stopped where wantsRun && !takeDownPending:
             generation &+= 1
             run = .starting(generation: generation)
             counters.starts += 1
@@ -179,6 +210,9 @@ final class SharingState {
         case .running(_, let handle) where !wantsRun:
             run = .stopped
             counters.stops += 1
+            // A later run serves later subscribers; at the end, the last
+            // run's readiness stays for the subscribers that drain.
+            if !ended { readyGeneration = 0 }
             return .stop(handle)
         default:
             reconciling = false
@@ -240,6 +274,8 @@ enum SharingActionOutcome {
 /// How a running run is stopped.
 @usableFromInline
 enum RunHandle: Sendable {
+    /// An upstream's iteration, or an asynchronous listener's task (whose
+    /// take-down runs once `listen` has returned): cancelled.
     case task(Task<Void, Never>)
     case listener(unregister: @Sendable () -> Void)
 }

@@ -132,8 +132,10 @@ struct BroadcastState<Element: Sendable, Failure: Error>: ~Copyable {
     /// cache then. One pass over all N after delivering to all N missed the
     /// cache twice per subscriber at large N. Above `prefetchThreshold`
     /// subscribers the loop prefetches ahead (`SubscriberCore.prefetchObject`).
+    /// `replayable: false` (`send(_:replayable:)`): the replay window keeps what it had.
     @inlinable
-    mutating func deliver(_ element: Element, effects: inout Effects<Element>) -> BroadcastSendResult {
+    mutating func deliver(_ element: Element, replayable: Bool = true,
+                          effects: inout Effects<Element>) -> BroadcastSendResult {
         var result = BroadcastSendResult()
         // By index: `for … in subscribers` copies the array, and the retain
         // and release of its buffer cost a fifth of a send at N = 1 (an
@@ -167,7 +169,7 @@ struct BroadcastState<Element: Sendable, Failure: Error>: ~Copyable {
             }
             wakeParkedReaders(from: chunkStart, to: chunkEnd, effects: &effects)
         }
-        if replayLimit > 0 { remember(element, effects: &effects) }
+        if replayLimit > 0 && replayable { remember(element, effects: &effects) }
         return result
     }
 

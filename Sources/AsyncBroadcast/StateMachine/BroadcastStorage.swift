@@ -73,7 +73,7 @@ final class BroadcastStorage<Element: Sendable, Failure: Error>: @unchecked Send
         self.state = BroadcastState(
             replayLimit: replay, parkedConsumers: parkedConsumers, registeredCount: registeredCount,
             sharing: sharing.map {
-                SharingState(mode: $0.start.mode, runsAreTasks: $0.source.runsAreTasks, startBlocked: startBlocked)
+                SharingState(mode: $0.start.mode, source: $0.source, startBlocked: startBlocked)
             })
     }
 
@@ -169,9 +169,9 @@ final class BroadcastStorage<Element: Sendable, Failure: Error>: @unchecked Send
     // MARK: Producers
 
     @inlinable
-    func send(_ element: Element) -> BroadcastSendResult {
+    func send(_ element: Element, replayable: Bool = true) -> BroadcastSendResult {
         withState(.sender) { state, effects in
-            state.terminal == nil ? state.deliver(element, effects: &effects) : .finished
+            state.terminal == nil ? state.deliver(element, replayable: replayable, effects: &effects) : .finished
         }
     }
 

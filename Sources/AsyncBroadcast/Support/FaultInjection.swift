@@ -191,6 +191,16 @@ enum Fault {
         #endif
     }
 
+    /// An asynchronous listener's next run starts as soon as the previous
+    /// one is stopped, without waiting for its take-down to return.
+    @inlinable static var sharingRestartBeforeTakeDown: Bool {
+        #if ASYNCBROADCAST_FAULT_SHARING_RESTART_BEFORE_TAKEDOWN
+        return true
+        #else
+        return false
+        #endif
+    }
+
     /// A thread claims the sharing reconciler role even while another holds
     /// it, so starts and stops (register and unregister) can overlap.
     @inlinable static var sharingParallelReconcilers: Bool {

@@ -42,7 +42,32 @@ final class TopicRegistry<Topic: Hashable & Sendable, Element: Sendable, Failure
     @usableFromInline
     struct Listener: Sendable {
         @usableFromInline let start: BroadcastStart
-        @usableFromInline let register: @Sendable (Topic, BroadcastSink<Element, Failure>) -> @Sendable () -> Void
+        @usableFromInline let source: Source
+
+        /// A callback listener, or an asynchronous one.
+        @usableFromInline
+        enum Source: Sendable {
+            case register(@Sendable (Topic, BroadcastSink<Element, Failure>) -> @Sendable () -> Void)
+            case listen(@Sendable (Topic, BroadcastSink<Element, Failure>) async -> @Sendable () async -> Void)
+        }
+
+        /// Wraps the user's closures so that `activity` counts what runs.
+        init(start: BroadcastStart, source: Source, activity: ListenerActivity) {
+            self.start = start
+            switch source {
+            case .register(let register): self.source = .register(activity.counting(register))
+            case .listen(let listen): self.source = .listen(activity.counting(listen))
+            }
+        }
+
+        /// What feeds `topic`'s sequence.
+        @inlinable
+        func sharedSource(for topic: Topic) -> SharedSource<Element, Failure> {
+            switch source {
+            case .register(let register): return .listener { sink in register(topic, sink) }
+            case .listen(let listen): return .asyncListener { sink in await listen(topic, sink) }
+            }
+        }
     }
 
     /// What every generation's notice reaches the registry through: one per
@@ -81,12 +106,21 @@ final class TopicRegistry<Topic: Hashable & Sendable, Element: Sendable, Failure
     @usableFromInline var ended: Storage?
     @usableFromInline let endLock = Lock()
     @usableFromInline let handle = Handle()
+    /// What `listenersStopped()` waits for.
+    let activity: ListenerActivity
 
     @usableFromInline
-    init(defaultPolicy: BroadcastBufferingPolicy, replay: Int, listener: Listener?) {
+    init(defaultPolicy: BroadcastBufferingPolicy, replay: Int, start: BroadcastStart? = nil,
+         source: Listener.Source? = nil) {
         self.defaultPolicy = defaultPolicy
         self.replay = replay
-        self.listener = listener
+        let activity = ListenerActivity()
+        self.activity = activity
+        if let start, let source {
+            self.listener = Listener(start: start, source: source, activity: activity)
+        } else {
+            self.listener = nil
+        }
         let count = Self.shardCount
         shards = (0..<count).map { _ in Shard() }
         shardMask = count - 1
@@ -130,8 +164,7 @@ final class TopicRegistry<Topic: Hashable & Sendable, Element: Sendable, Failure
         guard let listener else {
             return Storage(defaultPolicy: defaultPolicy, replay: replay, topicObserver: observer)
         }
-        let register = listener.register
-        let sharing = Sharing<Element, Failure>(start: listener.start, source: .listener { sink in register(topic, sink) })
+        let sharing = Sharing<Element, Failure>(start: listener.start, source: listener.sharedSource(for: topic))
         return Storage(defaultPolicy: defaultPolicy, replay: replay, sharing: sharing,
                        startBlocked: startBlocked, topicObserver: observer)
     }
@@ -256,9 +289,9 @@ final class TopicRegistry<Topic: Hashable & Sendable, Element: Sendable, Failure
     var notLive: BroadcastSendResult { isFinished ? .finished : BroadcastSendResult() }
 
     @inlinable
-    func send(_ element: Element, to topic: Topic) -> BroadcastSendResult {
+    func send(_ element: Element, to topic: Topic, replayable: Bool = true) -> BroadcastSendResult {
         guard let storage = liveGeneration(topic) else { return notLive }
-        let result = storage.send(element)
+        let result = storage.send(element, replayable: replayable)
         // Retired meanwhile: the topic was not live when the send took effect.
         return result.isFinished ? notLive : result
     }
@@ -301,7 +334,10 @@ final class TopicRegistry<Topic: Hashable & Sendable, Element: Sendable, Failure
     func finishAll(_ event: BroadcastState<Element, Failure>.Terminal) {
         let first: Bool = endLock.withLock {
             guard ended == nil else { return false }
-            let storage = Storage(defaultPolicy: defaultPolicy, replay: 0)
+            // With a listener, a listener's sequence that never starts: its
+            // subscribers' `upstreamReady()` is `false`, not the plain `true`.
+            let sharing = listener.map { _ in Sharing<Element, Failure>(start: .lazily, source: .listener { _ in {} }) }
+            let storage = Storage(defaultPolicy: defaultPolicy, replay: 0, sharing: sharing)
             storage.finish(event)
             ended = storage
             finishedFlag.storeRelease(1)
