@@ -284,7 +284,8 @@ public final class BroadcastModel {
     /// Hands `id` to every registered subscriber, then wakes every parked
     /// reader (the element is in its buffer; the continuation carries no
     /// payload).
-    func deliver(_ id: Int) -> BroadcastSendResult {
+    /// `replayable: false` (`send(_:replayable:)`): the replay window keeps what it had.
+    func deliver(_ id: Int, replayable: Bool = true) -> BroadcastSendResult {
         var result = BroadcastSendResult()
         for s in subscribers where s.registered {
             switch offer(id, to: s) {
@@ -295,7 +296,7 @@ public final class BroadcastModel {
             }
         }
         for s in subscribers where s.registered && s.parked { wake(s) }
-        if replayLimit > 0 {
+        if replayLimit > 0 && replayable {
             if replay.count == replayLimit { replay.removeFirst() }
             replay.append(id)
         }
@@ -307,9 +308,9 @@ public final class BroadcastModel {
         s.woken = true
     }
 
-    public func send(_ id: Int) -> BroadcastSendResult {
+    public func send(_ id: Int, replayable: Bool = true) -> BroadcastSendResult {
         if terminal != nil { return BroadcastSendResult(isFinished: true) }
-        return deliver(id)
+        return deliver(id, replayable: replayable)
     }
 
     // MARK: Emitting

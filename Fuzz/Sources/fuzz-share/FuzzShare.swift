@@ -447,9 +447,11 @@ final class ShareProgram<Failure: Error> {
             guard let run = pickRun(byte, among: model.runs) else { return }
             let sink = recorder.sinks.withLock { $0[run.index - 1] }
             let id = makeID()
-            trace.add("sink #\(run.index)\(run === model.current ? "" : " (stale)").send(#\(id))")
-            let actual = sink.send(Item(id))
-            let expected = model.sinkSend(run, id: id)
+            // The top bit: an out-of-band element, kept out of the replay window.
+            let replayable = byte & 0x80 == 0
+            trace.add("sink #\(run.index)\(run === model.current ? "" : " (stale)").send(#\(id)\(replayable ? "" : ", replayable: false"))")
+            let actual = replayable ? sink.send(Item(id)) : sink.send(Item(id), replayable: false)
+            let expected = model.sinkSend(run, id: id, replayable: replayable)
             trace.annotate(" -> \(describe(actual))")
             if actual != expected {
                 trace.fail("sink #\(run.index).send(#\(id)) returned \(describe(actual)), expected \(describe(expected))",

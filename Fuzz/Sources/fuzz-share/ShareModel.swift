@@ -361,10 +361,10 @@ final class ShareModel {
 
     // MARK: Sources
 
-    /// `sink.send` on run `run`'s sink.
-    func sinkSend(_ run: RunModel, id: Int) -> BroadcastSendResult {
+    /// `sink.send` (or `sink.send(_:replayable:)`) on run `run`'s sink.
+    func sinkSend(_ run: RunModel, id: Int, replayable: Bool = true) -> BroadcastSendResult {
         guard run === current else { return BroadcastSendResult(isFinished: true) }
-        return elements.send(id)
+        return elements.send(id, replayable: replayable)
     }
 
     /// The driver hands run `run`'s upstream task an element.
