@@ -74,6 +74,8 @@ final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendab
         @inlinable static var head: Int { 8 }  // ..< 12: the ring's consumer words
         @inlinable static var consumerBusy: Int { 12 }
         @inlinable static var lagReported: Int { 13 }  // drops the events reader has reported
+        @inlinable static var lagCheckedDropped: Int { 14 }  // `dropped` at the events reader's last look at the markers
+        @inlinable static var lagNextPosition: Int { 15 }  // the first marker's position then (`Int.max`: none)
         // Line 3: written rarely, by whoever parks, wakes, ends or cancels.
         @inlinable static var park: Int { 16 }
         @inlinable static var continuation: Int { 17 }
