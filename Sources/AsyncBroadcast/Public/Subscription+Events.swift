@@ -1,5 +1,9 @@
 extension BroadcastSequence.Subscription {
     /// One event of ``events``: an element, or a `.lagged(n)` gap.
+    ///
+    /// ```swift
+    /// let event: BroadcastSequence<Int, Never>.Subscription.Event = .lagged(3)
+    /// ```
     public typealias Event = BroadcastEvent<Element>
 
     /// This subscription read as events: its elements, with `.lagged(n)`
@@ -33,6 +37,11 @@ extension BroadcastSequence.Subscription {
 
     /// A subscription read as events (``BroadcastSequence/Subscription/events``).
     public struct Events: AsyncSequence, Sendable {
+        /// What it yields: ``BroadcastSequence/Subscription/Event``.
+        ///
+        /// ```swift
+        /// for await event in subscription.events { if case .lagged(let n) = event { print(n) } }
+        /// ```
         public typealias Element = Event
 
         @usableFromInline let subscription: BroadcastSequence.Subscription
@@ -48,6 +57,11 @@ extension BroadcastSequence.Subscription {
 
         /// Reads a subscription's events, suspending while there is none.
         public struct AsyncIterator: AsyncIteratorProtocol {
+            /// What ``next()`` returns: ``BroadcastSequence/Subscription/Event``.
+            ///
+            /// ```swift
+            /// let event: BroadcastEvent<Int>? = await iterator.next()
+            /// ```
             public typealias Element = Event
 
             @usableFromInline let subscription: BroadcastSequence.Subscription

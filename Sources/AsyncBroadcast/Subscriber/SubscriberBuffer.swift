@@ -55,8 +55,11 @@ struct SubscriberBuffer<Element: Sendable>: @unchecked Sendable {
     /// Elements dropped by the policy; written only by producers (under the
     /// sequence lock).
     @usableFromInline let dropped: AtomicInt
-    /// The `LagMarkers` pointer (0 until the first positioned drop).
-    @usableFromInline let lagMarkers: AtomicInt
+    /// The `LagMarkers` pointer (0 until the first positioned drop): the
+    /// block word after `dropped` (`SubscriberCore.Word.lagMarkers`),
+    /// computed rather than stored so the subscriber object keeps its
+    /// layout (the fields a send reads stay on the lines it prefetches).
+    @inlinable var lagMarkers: AtomicInt { AtomicInt(unowned: dropped.raw + 1) }
     /// `n` for `.bounded(n)`, `.bufferingOldest(n)` and `.bufferingNewest(n)`;
     /// `Int.max` for `.unbounded`.
     @usableFromInline let limit: Int
@@ -78,10 +81,9 @@ struct SubscriberBuffer<Element: Sendable>: @unchecked Sendable {
     /// - Parameter ring: the lock-free form, made for
     ///   `lockFreeCapacity(for: policy)`, or `nil` when that is `nil`.
     @inlinable
-    init(policy: BroadcastBufferingPolicy, lock: Lock, dropped: AtomicInt, lagMarkers: AtomicInt, ring: SPSCRing<Element>?) {
+    init(policy: BroadcastBufferingPolicy, lock: Lock, dropped: AtomicInt, ring: SPSCRing<Element>?) {
         self.lock = lock
         self.dropped = dropped
-        self.lagMarkers = lagMarkers
         var isBounded = false
         var dropsNewest = false
         switch policy {

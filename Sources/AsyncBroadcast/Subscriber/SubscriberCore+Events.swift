@@ -16,6 +16,11 @@ extension SubscriberCore {
     /// the consumer's line, so that a second `Events` iterator, or plain
     /// reads in between, carry on from it).
     @inlinable var lagReported: AtomicInt { block.word(Word.lagReported) }
+    /// The events reader's note of its last look at the markers (consumer
+    /// slot only): while `dropped` still reads the same and it has not
+    /// reached `lagNextPosition`, nothing is due and it skips the lock.
+    @inlinable var lagCheckedDropped: AtomicInt { block.word(Word.lagCheckedDropped) }
+    @inlinable var lagNextPosition: AtomicInt { block.word(Word.lagNextPosition) }
 
     /// An event, the end, or `.empty`. The consumer slot is held.
     ///
@@ -36,10 +41,15 @@ extension SubscriberCore {
             let available = ring.consumerHasElement
             let dropped = buffer.dropped.loadAcquire()
             let reported = lagReported.loadRelaxed()
-            if dropped != reported {
-                // Drained at the end: every gap left is due (a marker past
-                // the tail can only come from the off-by-one fault).
-                let due = takeDueLag(upTo: available || !terminalSeen ? ring.consumerHead : .max, reported: reported)
+            // Drained at the end: every gap left is due (a marker past the
+            // tail can only come from the off-by-one fault).
+            let position = available || !terminalSeen ? ring.consumerHead : .max
+            // The lock only if a marker may be due: one was recorded since
+            // the last look (each comes with its increment, in one section
+            // of the subscriber lock), or the reader reached the first one.
+            if dropped != reported,
+               dropped != lagCheckedDropped.loadRelaxed() || position >= lagNextPosition.loadRelaxed() {
+                let due = takeDueLag(upTo: position, reported: reported)
                 if due > 0 { return .event(.lagged(due)) }
             }
             if available, let element = pop() { return .event(.element(element)) }
@@ -96,6 +106,8 @@ extension SubscriberCore {
         } else {
             due = LagMarkers.existing(in: buffer.lagMarkers)?.takeDue(upTo: position) ?? 0
         }
+        lagCheckedDropped.storeRelaxed(buffer.dropped.loadRelaxed())
+        lagNextPosition.storeRelaxed(LagMarkers.existing(in: buffer.lagMarkers)?.markers.first?.position ?? .max)
         lock.unlock()
         if due > 0 { lagReported.storeRelaxed(reported + due) }
         return due

@@ -69,11 +69,13 @@ final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendab
         // Line 1: written by producers (under the sequence lock).
         @inlinable static var tail: Int { 0 }  // ..< 4: the ring's producer words
         @inlinable static var dropped: Int { 4 }
-        @inlinable static var lagMarkers: Int { 5 }  // a `LagMarkers` pointer, set at the first drop
+        @inlinable static var lagMarkers: Int { 5 }  // a `LagMarkers` pointer, set at the first drop; must follow `dropped`
         // Line 2: written by the consumer.
         @inlinable static var head: Int { 8 }  // ..< 12: the ring's consumer words
         @inlinable static var consumerBusy: Int { 12 }
         @inlinable static var lagReported: Int { 13 }  // drops the events reader has reported
+        @inlinable static var lagCheckedDropped: Int { 14 }  // `dropped` at the events reader's last look at the markers
+        @inlinable static var lagNextPosition: Int { 15 }  // the first marker's position then (`Int.max`: none)
         // Line 3: written rarely, by whoever parks, wakes, ends or cancels.
         @inlinable static var park: Int { 16 }
         @inlinable static var continuation: Int { 17 }
@@ -151,8 +153,7 @@ final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendab
             SPSCRing<Element>(producerWords: block.word(Word.tail), consumerWords: block.word(Word.head),
                               firstSegment: extra, capacity: $0)
         }
-        buffer = SubscriberBuffer(policy: policy, lock: block.lock, dropped: block.word(Word.dropped),
-                                  lagMarkers: block.word(Word.lagMarkers), ring: ring)
+        buffer = SubscriberBuffer(policy: policy, lock: block.lock, dropped: block.word(Word.dropped), ring: ring)
         terminalHint = block.word(Word.terminalHint)
         consumerBusy = block.word(Word.consumerBusy)
         ended = block.word(Word.ended)
