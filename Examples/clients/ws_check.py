@@ -27,6 +27,11 @@ Bad topics (`Room`, `a b`, 49 characters, empty) get a 400 on both `GET /feed` (
 Upgrade headers: no upgrade; the plain GET gives the one-line reason) and `POST /publish`
 (a one-line reason and `Connection: close`).
 
+With --batch-messages N, a batch section goes first: one client on a topic of its own stops
+reading (4 KiB receive buffer) while N messages of 4,000 bytes are published, then reads them:
+all N must arrive in order without a gap frame, written in fewer flushes than messages
+(/stats `writes`), which is the pump's batched write path.
+
 Prints `PASS name` or `FAIL name: reason` per check and `N passed, N failed` last;
 exits 1 if any check failed. Every wait is bounded by --timeout (per section).
 """
@@ -769,7 +774,74 @@ async def run_topics(args: argparse.Namespace, checks: Checks) -> None:
         print(f"info: listeningTopics back to 0 on every server {took:.1f}s after the clients left", flush=True)
 
 
+async def run_batch(args: argparse.Namespace, checks: Checks) -> None:
+    """The batched write path: a client that stops reading while --batch-messages messages
+    are published (through a 4 KiB receive buffer, so they pile up in its subscription),
+    then reads them all at once. Every message must arrive, in order, without a gap frame,
+    and the server must have written them in fewer flushes than messages (/stats `writes`:
+    the pumps' batches, each one flush)."""
+    deadline = Deadline(args.timeout)
+    server = [s.strip() for s in args.servers.split(",") if s.strip()][0]
+    run_id = uuid.uuid4().hex[:12]
+    topic = f"batch-{run_id}"
+    count = args.batch_messages
+    host, port = split_host(server)
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SLOW_RCVBUF)
+    sock.setblocking(False)
+    ws = None
+    try:
+        await asyncio.wait_for(asyncio.get_running_loop().sock_connect(sock, (host, port)), deadline.left(15))
+        # max_queue=1: the library stops reading the socket while a frame waits unread.
+        ws = await connect(f"ws://{server}/feed?topic={topic}&policy=newest&capacity={FAST_CAPACITY}", sock=sock,
+                           max_queue=1, compression=None, ping_interval=None, proxy=None,
+                           open_timeout=deadline.left(15), close_timeout=2, max_size=None)
+        while json.loads(await asyncio.wait_for(ws.recv(), deadline.left(15))).get("type") != "ready":
+            pass
+        before = await get_stats(server, deadline)
+        publisher = Publisher(server)
+        pad = base64.b64encode(os.urandom(3000)).decode()  # 4,000 incompressible bytes
+        statuses = []
+        for n in range(count):
+            body = json.dumps({"run": run_id, "n": n, "sent": int(time.time() * 1000), "pad": pad}).encode()
+            statuses.append(await asyncio.to_thread(publisher.post, body, deadline.left(10), f"/publish?topic={topic}"))
+        publisher.close()
+        ns, gaps, seqs = [], 0, []
+        while len(ns) < count and deadline.left() > 0:
+            frame = json.loads(await asyncio.wait_for(ws.recv(), deadline.left(10)))
+            if frame.get("type") == "gap":
+                gaps += 1
+            elif frame.get("type") == "message":
+                seqs.append(frame.get("seq"))
+                payload = json.loads(frame["body"])
+                if payload.get("run") == run_id:
+                    ns.append(payload.get("n"))
+        after = await get_stats(server, deadline)
+    except Exception as error:  # noqa: BLE001
+        checks.check("batch-in-order", False, f"{type(error).__name__}: {error}")
+        return
+    finally:
+        if ws is not None:
+            try:
+                await asyncio.wait_for(ws.close(), 5)
+            except Exception:  # noqa: BLE001
+                pass
+        else:
+            sock.close()
+    checks.check("batch-published", statuses == [200] * count, f"statuses {sorted(set(statuses))}")
+    checks.check("batch-in-order", ns == list(range(count)) and gaps == 0 and seqs == sorted(seqs),
+                  f"got {len(ns)} of {count}, first out of place at {next((i for i, n in enumerate(ns) if n != i), None)}, "
+                  f"{gaps} gap frames")
+    delivered = after["delivered"] - before["delivered"]
+    writes = after.get("writes", 0) - before.get("writes", 0)
+    print(f"info: batch: {delivered} messages delivered in {writes} writes", flush=True)
+    checks.check("batch-fewer-flushes-than-messages", "writes" in after and 0 < writes < delivered,
+                 f"{delivered} messages delivered in {writes} writes (/stats writes: {after.get('writes')!r})")
+
+
 async def run_all(args: argparse.Namespace, checks: Checks) -> None:
+    if args.batch_messages:
+        await run_batch(args, checks)
     if not args.only_topics:
         await run(args, checks)
     if args.topics >= 2:
@@ -793,6 +865,8 @@ def main() -> int:
     parser.add_argument("--topic-clients", type=int, default=2, help="clients per topic and server in the topic section")
     parser.add_argument("--topic-messages", type=int, default=60, help="messages the topic section publishes")
     parser.add_argument("--only-topics", action="store_true", help="run the topic section only")
+    parser.add_argument("--batch-messages", type=int, default=0,
+                        help="first, the batch section with this many messages (0: none; at most 250)")
     args = parser.parse_args()
     if args.topics == 1 or args.topics < 0 or (args.only_topics and args.topics < 2):
         parser.error("--topics must be 0 or at least 2 (and at least 2 with --only-topics)")
@@ -809,7 +883,9 @@ def main() -> int:
     topic_section = f", then {args.topics} topics" if args.topics else ""
     print(f"info: websockets {websockets.__version__}, servers {args.servers}{main_section}{topic_section}", flush=True)
 
-    sections = (0 if args.only_topics else 1) + (1 if args.topics >= 2 else 0)
+    if not 0 <= args.batch_messages <= FAST_CAPACITY:
+        parser.error(f"--batch-messages must be between 0 and {FAST_CAPACITY}")
+    sections = (0 if args.only_topics else 1) + (1 if args.topics >= 2 else 0) + (1 if args.batch_messages else 0)
     timer = checks.start_watchdog(args.timeout * sections + 30)
     try:
         asyncio.run(asyncio.wait_for(run_all(args, checks), args.timeout * sections + 15))

@@ -10,8 +10,10 @@
 #     eviction of a stalled `.bounded` client (close code 1013);
 #   - feed-load --smoke across two servers: 50 connections, without and with
 #     slow clients, then 50 on 10 topics (each gets its topic's messages only);
-#   - ws_check.py (Python websockets): 50 clients and a slow one on both servers,
-#     then clients on 3 topics (isolation, listeningTopics, bad topics refused);
+#   - ws_check.py (Python websockets): a client that stops reading, then reads a
+#     batch (every message, in order, in fewer flushes than messages), 50 clients
+#     and a slow one on both servers, then clients on 3 topics (isolation,
+#     listeningTopics, bad topics refused);
 #   - browser_check.py: the live page in headless Chromium (installed if missing),
 #     its topic box too;
 #   - hardening_check.py: a hostile client (issue 26) against servers it starts
@@ -158,9 +160,9 @@ run feed-load 300 .build/debug/feed-load --servers "127.0.0.1:$A,127.0.0.1:$B" -
 step "feed-load --topics: two servers, 50 connections on 10 topics"
 run feed-load-topics 300 .build/debug/feed-load --servers "127.0.0.1:$A,127.0.0.1:$B" --connections 50 --topics 10 --slow 0% --smoke
 
-step "Python websockets clients: 50 and a slow one on both servers, then 3 topics"
+step "Python websockets clients: a batch in order, 50 and a slow one on both servers, then 3 topics"
 run ws-check 300 "$PY" clients/ws_check.py --servers "127.0.0.1:$A,127.0.0.1:$B" --clients 50 --messages 200 --slow 1 \
-    --topics 3 --timeout 120
+    --topics 3 --batch-messages 60 --timeout 120
 
 step "headless Chromium: the live page"
 if timeout 1500 bash clients/install-chromium.sh; then

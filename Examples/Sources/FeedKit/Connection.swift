@@ -13,9 +13,11 @@ import Synchronization
 ///   through hummingbird-websocket's message assembly, so a continuation
 ///   without a start is closed with 1002 and invalid UTF-8 text with 1007,
 ///   and a client's close is seen at once;
-/// - the pump waits for the LISTEN, writes `ready`, then each event, with a
-///   `gap` (carrying the subscription's `droppedCount`) before it whenever
-///   that count grew;
+/// - the pump waits for the LISTEN, writes `ready`, then the events in
+///   batches: each time, what the subscription holds (up to ``batchLimit``,
+///   waiting only while it holds nothing), with a `gap` (carrying the
+///   subscription's `droppedCount`) before them whenever that count grew,
+///   written with one flush (``FeedFrameWriter``);
 /// - `online` frames, at most once a second, once `ready` is out;
 /// - the watchdog: it counts drops into `/stats` as they happen (not only when
 ///   the pump writes), closes a `bounded` or `unbounded` connection whose
@@ -56,7 +58,12 @@ public struct FeedConnection<Hub: FeedHub>: Sendable {
     /// Serves the connection until it ends. Throws what the client did wrong
     /// (a protocol error from the reader), so hummingbird-websocket closes
     /// with its code (1002, 1007, 1009).
-    public func serve(query: FeedQuery, inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter, logger: Logger) async throws {
+    ///
+    /// With the connection's `channel`, the pump writes each batch of frames
+    /// with one flush (``FeedFrameWriter``); without it, one frame at a time
+    /// through `outbound`, as hummingbird-websocket writes.
+    public func serve(query: FeedQuery, inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter,
+                      channel: (any Channel)? = nil, logger: Logger) async throws {
         // The topic's numbering, held for as long as this connection lives,
         // so that its `seq` and byte total are the ones its messages carry.
         let topic = query.topic
@@ -77,6 +84,7 @@ public struct FeedConnection<Hub: FeedHub>: Sendable {
         let hub = self.hub
         let stats = self.stats
         let limits = self.limits
+        let writer = await FrameSink(channel: channel, outbound: outbound, logger: logger)
         // `ready` is the connection's first frame: the other writers wait for it.
         let readySent = BroadcastPromise<Void, Never>()
         let end = await withTaskGroup(of: End.self) { group in
@@ -90,7 +98,7 @@ public struct FeedConnection<Hub: FeedHub>: Sendable {
             }
             group.addTask {
                 await Self.pump(subscription, topic: topic, hub: hub, stats: stats, drops: drops, progress: progress,
-                                outbound: outbound, readySent: readySent)
+                                writer: writer, readySent: readySent)
                 return .ended
             }
             group.addTask {
@@ -135,47 +143,69 @@ public struct FeedConnection<Hub: FeedHub>: Sendable {
         }
     }
 
-    static func write(_ frame: ByteBuffer, to outbound: WebSocketOutboundWriter) async throws {
-        try await outbound.write(.custom(WebSocketFrame(fin: true, opcode: .text, data: frame)))
-    }
+    /// Events the pump takes from its subscription at most at once, and so
+    /// frames it writes with one flush (plus a `gap`): 64 messages of the
+    /// largest kind are about 1 MiB, held in the batch instead of the
+    /// subscription while they are written.
+    public static var batchLimit: Int { 64 }
 
     static func pump(
         _ subscription: Hub.Subscription, topic: String, hub: Hub, stats: ServerStats, drops: DropCounter,
-        progress: ConnectionProgress, outbound: WebSocketOutboundWriter, readySent: BroadcastPromise<Void, Never>
+        progress: ConnectionProgress, writer: FrameSink, readySent: BroadcastPromise<Void, Never>
     ) async {
         do {
             // `ready` promises that nothing published from now on is missed:
             // the subscription already exists, so only its topic's LISTEN is left.
             await hub.listener.waitUntilListening(topic)
             try Task.checkCancellation()
-            try await write(ControlFrame.ready, to: outbound)
+            try await writer.write([ControlFrame.ready])
             readySent.succeed()
             var reported = 0
             var first = true
-            for await event in subscription {
+            var iterator = subscription.makeAsyncIterator()
+            var events: [FeedEvent] = []
+            var frames: [ByteBuffer] = []
+            events.reserveCapacity(Self.batchLimit)
+            frames.reserveCapacity(Self.batchLimit + 1)
+            // Each batch: what the subscription holds now (waiting only while
+            // it holds nothing), written with one flush.
+            while await subscription.next(upTo: Self.batchLimit, from: &iterator, into: &events) > 0 {
                 progress.busy.store(true, ordering: .relaxed)
-                if case .message(let message) = event { progress.received.max(message.end) }
+                var end: Int?
+                var messages = 0
+                for event in events {
+                    if case .message(let message) = event { end = message.end }
+                }
+                if let end { progress.received.max(end) }
                 let dropped = subscription.droppedCount
                 if dropped > reported {
                     // `dropped` is the subscription's count so far: a client
-                    // that misses a gap frame still learns the total.
-                    if !FaultInjection.skipGapFrames {
-                        try await write(ControlFrame.gap(dropped: dropped), to: outbound)
-                    }
+                    // that misses a gap frame still learns the total. Before
+                    // the batch: what was dropped was older than what it holds.
+                    if !FaultInjection.skipGapFrames { frames.append(ControlFrame.gap(dropped: dropped)) }
                     drops.sync(dropped)
                     reported = dropped
                 }
-                switch event {
-                case .message(let message):
-                    try await write(message.frame, to: outbound)
-                    progress.written.max(message.end)
-                    stats.add(.delivered)
-                case .resync:
-                    // A replayed resync tells a new client nothing.
-                    if !first { try await write(ControlFrame.resync, to: outbound) }
+                for event in events {
+                    switch event {
+                    case .message(let message):
+                        frames.append(message.frame)
+                        messages += 1
+                    case .resync:
+                        // A replayed resync tells a new client nothing.
+                        if !first { frames.append(ControlFrame.resync) }
+                    }
+                    first = false
                 }
+                if !frames.isEmpty {
+                    try await writer.write(frames)
+                    stats.add(.writes)
+                }
+                if let end { progress.written.max(end) }
+                stats.add(.delivered, messages)
                 progress.busy.store(false, ordering: .relaxed)
-                first = false
+                events.removeAll(keepingCapacity: true)
+                frames.removeAll(keepingCapacity: true)
             }
         } catch {
             // The socket closed or the connection is ending: nothing to report.
@@ -226,6 +256,37 @@ public struct FeedConnection<Hub: FeedHub>: Sendable {
             }
         }
         return .ended
+    }
+}
+
+/// Where the pump's frames go: a batch with one flush through
+/// ``FeedFrameWriter``, or (without the channel) frame by frame through
+/// hummingbird-websocket's writer.
+struct FrameSink: Sendable {
+    let batch: FeedFrameWriter?
+    let outbound: WebSocketOutboundWriter
+
+    init(channel: (any Channel)?, outbound: WebSocketOutboundWriter, logger: Logger) async {
+        self.outbound = outbound
+        guard let channel else {
+            batch = nil
+            return
+        }
+        do {
+            batch = try await FeedFrameWriter.install(on: channel)
+        } catch {
+            // The channel closed before the pipeline could take the gate.
+            logger.debug("frame-by-frame writes: \(error)")
+            batch = nil
+        }
+    }
+
+    func write(_ frames: [ByteBuffer]) async throws {
+        if let batch {
+            try await batch.write(frames)
+        } else {
+            for frame in frames { try await outbound.write(.custom(WebSocketFrame(fin: true, opcode: .text, data: frame))) }
+        }
     }
 }
 

@@ -9,10 +9,12 @@ public final class ServerStats: Sendable {
     public let dropped = Atomic<Int>(0)
     public let evicted = Atomic<Int>(0)
     public let connectionsTotal = Atomic<Int>(0)
+    /// Batches the pumps wrote, each with one flush: below `delivered` when batches held several.
+    public let writes = Atomic<Int>(0)
 
     public init() {}
 
-    public enum Counter: Sendable { case subscribers, delivered, dropped, evicted, connectionsTotal }
+    public enum Counter: Sendable { case subscribers, delivered, dropped, evicted, connectionsTotal, writes }
 
     public func add(_ counter: Counter, _ n: Int = 1) {
         switch counter {
@@ -21,6 +23,7 @@ public final class ServerStats: Sendable {
         case .dropped: dropped.add(n, ordering: .relaxed)
         case .evicted: evicted.add(n, ordering: .relaxed)
         case .connectionsTotal: connectionsTotal.add(n, ordering: .relaxed)
+        case .writes: writes.add(n, ordering: .relaxed)
         }
     }
 
@@ -35,7 +38,7 @@ public final class ServerStats: Sendable {
         "subscribers":\(subscribers.load(ordering: .relaxed)),\
         "connectionsTotal":\(connectionsTotal.load(ordering: .relaxed)),\
         "delivered":\(delivered.load(ordering: .relaxed)),"dropped":\(dropped.load(ordering: .relaxed)),\
-        "evicted":\(evicted.load(ordering: .relaxed)),\(connections.map { "\"connections\":\($0)," } ?? "")\
+        "evicted":\(evicted.load(ordering: .relaxed)),"writes":\(writes.load(ordering: .relaxed)),\(connections.map { "\"connections\":\($0)," } ?? "")\
         "rssBytes":\(rss),"cpuSeconds":\(cpu)}
         """
     }

@@ -46,6 +46,8 @@ extension LoadRun.Result {
         return Double(grown) / Double(max(1, fast + slow))
     }
     var cpuSeconds: Double { zip(statsConnected, statsAfter).reduce(0) { $0 + $1.1.cpuSeconds - $1.0.cpuSeconds } }
+    /// The servers' CPU seconds per 100,000 messages the clients received (issue 28's cost).
+    var cpuPer100k: Double { delivered > 0 ? cpuSeconds / Double(delivered) * 100_000 : .nan }
 
     func check(into checks: inout Checks, baseline: LoadRun.Result?) {
         let name = label
@@ -113,25 +115,25 @@ struct Report {
     mutating func add(_ result: LoadRun.Result) {
         results.append(result)
         let l = result.latency
-        print(String(format: "%@: published/s %.0f, delivered/s %.0f, latency p50 %.2f p99 %.2f p99.9 %.2f max %.2f ms, connect p99 %.1f ms, gaps fast %d slow %d, mem/conn %.1f KB, CPU %.2f s, RSS growth %.1f MB",
+        print(String(format: "%@: published/s %.0f, delivered/s %.0f, latency p50 %.2f p99 %.2f p99.9 %.2f max %.2f ms, connect p99 %.1f ms, gaps fast %d slow %d, mem/conn %.1f KB, CPU %.2f s, CPU/100k %.3f s, RSS growth %.1f MB",
                      result.label, result.publishedPerSecond, result.deliveredPerSecond, l.p50, l.p99, l.p999, l.max, result.connectP99,
                      result.fastRecords.reduce(0) { $0 + $1.gaps }, result.slowRecords.reduce(0) { $0 + $1.gaps },
-                     result.memoryPerConnection / 1024, result.cpuSeconds, Double(result.rssGrowthBytes.max() ?? 0) / 1e6))
+                     result.memoryPerConnection / 1024, result.cpuSeconds, result.cpuPer100k, Double(result.rssGrowthBytes.max() ?? 0) / 1e6))
     }
 
     func markdown() -> String {
         var lines = [
             "",
-            "| hub | conns | topics | slow | published/s | delivered/s | p50 ms | p99 ms | p99.9 ms | max ms | connect p99 ms | gaps fast/slow | slow evicted | mem/conn KB | server CPU s | RSS growth MB | listening max | all UNLISTENed after s |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+            "| hub | conns | topics | slow | published/s | delivered/s | p50 ms | p99 ms | p99.9 ms | max ms | connect p99 ms | gaps fast/slow | slow evicted | mem/conn KB | server CPU s | CPU s/100k | RSS growth MB | listening max | all UNLISTENed after s |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for r in results {
             let l = r.latency
-            lines.append(String(format: "| %@ | %d | %d | %d | %.0f | %.0f | %.2f | %.2f | %.2f | %.2f | %.1f | %d/%d | %d | %.1f | %.2f | %.1f | %@ | %@ |",
+            lines.append(String(format: "| %@ | %d | %d | %d | %.0f | %.0f | %.2f | %.2f | %.2f | %.2f | %.1f | %d/%d | %d | %.1f | %.2f | %.3f | %.1f | %@ | %@ |",
                                 r.options.hub, r.fast + r.slow, r.options.topics, r.slow, r.publishedPerSecond, r.deliveredPerSecond, l.p50, l.p99, l.p999, l.max,
                                 r.connectP99, r.fastRecords.reduce(0) { $0 + $1.gaps }, r.slowRecords.reduce(0) { $0 + $1.gaps },
                                 r.slowRecords.filter { $0.closeCode != nil }.count,
-                                r.memoryPerConnection / 1024, r.cpuSeconds, Double(r.rssGrowthBytes.max() ?? 0) / 1e6,
+                                r.memoryPerConnection / 1024, r.cpuSeconds, r.cpuPer100k, Double(r.rssGrowthBytes.max() ?? 0) / 1e6,
                                 r.maxListening.map(String.init).joined(separator: "+"),
                                 r.unlistenedAfter.map { String(format: "%.1f", $0) } ?? "never"))
         }

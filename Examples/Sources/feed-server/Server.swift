@@ -29,15 +29,17 @@ struct ServerSettings: Sendable {
 /// upgraded connection leaked its context and everything it held (with the
 /// channel this context used to keep, 4-6 KB each). Here the context holds
 /// the box through a slot that the WebSocket handler empties as it starts,
-/// which breaks the cycle; the context no longer keeps the channel either
-/// (the socket options are set at accept, in ``GuardedChannel``).
+/// which breaks the cycle. The slot also hands the connection's channel to
+/// the WebSocket handler, for the batched writes (``FeedFrameWriter``), and
+/// lets go of it there too (the socket options are set at accept, in
+/// ``GuardedChannel``).
 struct FeedRequestContext: RequestContext, WebSocketRequestContext {
     var coreContext: CoreRequestContextStorage
     let slot: WebSocketSlot
 
     init(source: ApplicationRequestContextSource) {
         coreContext = .init(source: source)
-        slot = WebSocketSlot()
+        slot = WebSocketSlot(channel: source.channel)
     }
 
     var webSocket: WebSocketHandlerReference<Self> { slot.reference.withLockedValue { $0 } ?? .init() }
@@ -45,8 +47,19 @@ struct FeedRequestContext: RequestContext, WebSocketRequestContext {
 
 final class WebSocketSlot: Sendable {
     let reference = NIOLockedValueBox<WebSocketHandlerReference<FeedRequestContext>?>(.init())
-    /// Drops the box (and with it the cycle); called once the upgrade has happened.
-    func empty() { reference.withLockedValue { $0 = nil } }
+    private let channel: NIOLockedValueBox<(any Channel)?>
+
+    init(channel: any Channel) { self.channel = NIOLockedValueBox(channel) }
+
+    /// Drops the box (and with it the cycle) and the channel, returning the
+    /// channel; called once the upgrade has happened.
+    func empty() -> (any Channel)? {
+        reference.withLockedValue { $0 = nil }
+        return channel.withLockedValue { channel in
+            defer { channel = nil }
+            return channel
+        }
+    }
 }
 
 /// A client error with the reason as one line of plain text (400 unless said).
@@ -144,9 +157,9 @@ func serve<Hub: FeedHub>(hub: Hub, _ settings: ServerSettings) async throws {
         }
         return .upgrade([:])
     } onUpgrade: { inbound, outbound, context in
-        context.requestContext.slot.empty()
+        let channel = context.requestContext.slot.empty()
         let query = try feedQuery(context.request, maximumCapacity: maximumCapacity)
-        try await connection.serve(query: query, inbound: inbound, outbound: outbound, logger: context.logger)
+        try await connection.serve(query: query, inbound: inbound, outbound: outbound, channel: channel, logger: context.logger)
     }
     let wsConfiguration = WebSocketServerConfiguration(
         maxFrameSize: 1 << 16, closeTimeout: .seconds(3), validateUTF8: true)

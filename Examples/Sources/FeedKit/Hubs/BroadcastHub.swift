@@ -42,4 +42,9 @@ public final class BroadcastHub: FeedHub {
     }
 }
 
-extension BroadcastSequence.Subscription: FeedSubscription where Element == FeedEvent, Failure == Never {}
+extension BroadcastSequence.Subscription: FeedSubscription where Element == FeedEvent, Failure == Never {
+    /// The library's batch read: everything already buffered, up to `limit`, in one call.
+    public func next(upTo limit: Int, from iterator: inout AsyncIterator, into buffer: inout [FeedEvent]) async -> Int {
+        await iterator.next(upTo: limit, into: &buffer)
+    }
+}

@@ -6,6 +6,16 @@ public protocol FeedSubscription: AsyncSequence, Sendable where Element == FeedE
     var bufferedCount: Int { get }
     /// Ends the subscription; the hub forgets it.
     func cancel()
+    /// Waits while nothing is ready, then appends up to `limit` events, in
+    /// order, to `buffer` and returns how many; 0 once the subscription
+    /// ended. The connection writes what it gets with one flush, so each hub
+    /// takes as many as its API lets it take without waiting again.
+    ///
+    /// ```swift
+    /// var iterator = subscription.makeAsyncIterator()
+    /// while await subscription.next(upTo: 64, from: &iterator, into: &batch) > 0 { ... }
+    /// ```
+    func next(upTo limit: Int, from iterator: inout AsyncIterator, into buffer: inout [FeedEvent]) async -> Int
 }
 
 /// The keyed fan-out behind `/feed?topic=NAME`. The server is generic over

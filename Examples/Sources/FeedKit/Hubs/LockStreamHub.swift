@@ -121,6 +121,23 @@ public final class LockStreamHub: FeedHub {
             AsyncIterator(base: stream.makeAsyncIterator(), counters: counters)
         }
 
+        /// AsyncStream has no batch read, so this takes one element at a
+        /// time: the first as it comes, then more only while `held` says one
+        /// is buffered. `held` is raised after a yield enqueued and lowered
+        /// after `next()` returned, so it never counts more than the stream
+        /// holds, and those `next()` calls return without waiting (each still
+        /// takes the stream's lock and makes a continuation).
+        public func next(upTo limit: Int, from iterator: inout AsyncIterator, into buffer: inout [FeedEvent]) async -> Int {
+            guard let first = await iterator.next() else { return 0 }
+            buffer.append(first)
+            var taken = 1
+            while taken < limit, counters.held.load(ordering: .relaxed) > 0, let event = await iterator.next() {
+                buffer.append(event)
+                taken += 1
+            }
+            return taken
+        }
+
         public struct AsyncIterator: AsyncIteratorProtocol {
             var base: AsyncStream<FeedEvent>.AsyncIterator
             let counters: Counters
