@@ -13,9 +13,10 @@ import Synchronization
 ///   through hummingbird-websocket's message assembly, so a continuation
 ///   without a start is closed with 1002 and invalid UTF-8 text with 1007,
 ///   and a client's close is seen at once;
-/// - the pump waits for the LISTEN, writes `ready`, then each event, with a
-///   `gap` (carrying the subscription's `droppedCount`) before it whenever
-///   that count grew;
+/// - the pump waits for the LISTEN, writes `ready` (and to a client that
+///   came back with `since`, what it missed: ``RecoveryPhase``), then each
+///   event, with a `gap` (carrying the subscription's `droppedCount`) before
+///   it whenever that count grew;
 /// - `online` frames, at most once a second, once `ready` is out;
 /// - the watchdog: it counts drops into `/stats` as they happen (not only when
 ///   the pump writes), closes a `bounded` or `unbounded` connection whose
@@ -90,7 +91,8 @@ public struct FeedConnection<Hub: FeedHub>: Sendable {
             }
             group.addTask {
                 await Self.pump(subscription, topic: topic, hub: hub, stats: stats, drops: drops, progress: progress,
-                                outbound: outbound, readySent: readySent)
+                                outbound: outbound, readySent: readySent,
+                                recovery: RecoveryPhase(request: query.recovery, sequence: sequence))
                 return .ended
             }
             group.addTask {
@@ -141,18 +143,27 @@ public struct FeedConnection<Hub: FeedHub>: Sendable {
 
     static func pump(
         _ subscription: Hub.Subscription, topic: String, hub: Hub, stats: ServerStats, drops: DropCounter,
-        progress: ConnectionProgress, outbound: WebSocketOutboundWriter, readySent: BroadcastPromise<Void, Never>
+        progress: ConnectionProgress, outbound: WebSocketOutboundWriter, readySent: BroadcastPromise<Void, Never>,
+        recovery: RecoveryPhase
     ) async {
         do {
             // `ready` promises that nothing published from now on is missed:
             // the subscription already exists, so only its topic's LISTEN is left.
             await hub.listener.waitUntilListening(topic)
             try Task.checkCancellation()
-            try await write(ControlFrame.ready, to: outbound)
+            // `ready`, then what a client that came back with `since` missed
+            // (Recovery.swift): live messages up to `recovered` were among it.
+            let recovered = try await recovery.run { try await write($0, to: outbound) }
             readySent.succeed()
             var reported = 0
             var first = true
             for await event in subscription {
+                if case .message(let message) = event, message.seq <= recovered {
+                    progress.received.max(message.end)
+                    progress.written.max(message.end)
+                    first = false
+                    continue
+                }
                 progress.busy.store(true, ordering: .relaxed)
                 if case .message(let message) = event { progress.received.max(message.end) }
                 let dropped = subscription.droppedCount

@@ -31,13 +31,15 @@ public final class TopicListener: Sendable {
 
     public let table = BroadcastValue<Table, Never>(Table())
     /// Each topic's `seq` and byte total, shared with its connections.
-    public let sequencers = Sequencers()
+    public let sequencers: Sequencers
     /// The shutdown barriers in flight (see ``Barriers``).
     public let barriers = Barriers()
     private let connection: SharedConnection
     private let logger: Logger
 
-    public init(target: PostgresTarget, logger: Logger) {
+    /// `history`: what each topic keeps for clients that reconnect (``History``).
+    public init(target: PostgresTarget, logger: Logger, history: HistoryLimits = HistoryLimits()) {
+        sequencers = Sequencers(history: history)
         connection = SharedConnection(target: target, logger: logger)
         self.logger = logger
     }
@@ -83,6 +85,7 @@ public final class TopicListener: Sendable {
                     if lostConnection {
                         lostConnection = false
                         logger.info("LISTEN \(topic) is back: its clients resync")
+                        sequence.history.markLost()
                         await deliver(.resync)
                     }
                     for try await notification in notifications {
@@ -93,6 +96,8 @@ public final class TopicListener: Sendable {
                         }
                         var message = FeedMessage(seq: sequence.next(), payload: notification.payload)
                         message.end = sequence.advance(by: message.bytes)
+                        // Into the window before the hub: see ``RecoveryPhase``.
+                        sequence.history.append(message)
                         await deliver(.message(message))
                     }
                 }
@@ -197,8 +202,12 @@ actor SharedConnection {
 /// starts again from 1 when it comes back.
 public final class Sequencers: Sendable {
     private let table = NIOLockedValueBox<[String: (sequencer: Sequencer, holders: Int)]>([:])
+    /// Each new numbering's window.
+    public let history: HistoryLimits
 
-    public init() {}
+    public init(history: HistoryLimits = .off) {
+        self.history = history
+    }
 
     public func retain(_ topic: String) -> Sequencer {
         table.withLockedValue { table in
@@ -206,7 +215,7 @@ public final class Sequencers: Sendable {
                 table[topic] = (entry.sequencer, entry.holders + 1)
                 return entry.sequencer
             }
-            let sequencer = Sequencer()
+            let sequencer = Sequencer(history: History(limits: history))
             table[topic] = (sequencer, 1)
             return sequencer
         }
