@@ -27,6 +27,13 @@ Bad topics (`Room`, `a b`, 49 characters, empty) get a 400 on both `GET /feed` (
 Upgrade headers: no upgrade; the plain GET gives the one-line reason) and `POST /publish`
 (a one-line reason and `Connection: close`).
 
+With --recovery (or --only-recovery), a recovery section: on each server, a client reads a
+few messages of its own topic, leaves, --recovery-missed messages are published (alternating
+servers) while an anchor client keeps the topic alive, and the client comes back with
+`since=LAST&epoch=E` (the epoch from its `ready`): it must get exactly the missed messages, in
+order, then `{"type":"recovered","from":LAST+1,"to":...}`, then live messages with no duplicate.
+A since of another epoch, one ahead of the topic, and (first server) one that the window no longer
+holds (--history-messages + 5 messages published) must get `resync`; a bad since/epoch is a 400.
 With --batch-messages N, a batch section goes first: one client on a topic of its own stops
 reading (4 KiB receive buffer) while N messages of 4,000 bytes are published, then reads them:
 all N must arrive in order without a gap frame, written in fewer flushes than messages
@@ -261,8 +268,9 @@ def one_line(body: bytes) -> bool:
     return text != "" and "\n" not in text
 
 
-async def check_bad_queries(servers: list[str], checks: Checks, deadline: Deadline) -> None:
-    for query in BAD_QUERIES:
+async def check_bad_queries(servers: list[str], checks: Checks, deadline: Deadline,
+                            queries: list[str] = BAD_QUERIES) -> None:
+    for query in queries:
         problems = []
         for server in servers:
             try:
@@ -774,6 +782,169 @@ async def run_topics(args: argparse.Namespace, checks: Checks) -> None:
         print(f"info: listeningTopics back to 0 on every server {took:.1f}s after the clients left", flush=True)
 
 
+BAD_RECOVERY_QUERIES = [
+    "since=5",
+    "epoch=5",
+    "since=-1&epoch=5",
+    "since=abc&epoch=5",
+    "since=1&epoch=0",
+]
+
+
+async def next_frame(ws, timeout: float) -> dict:
+    """The next frame that is not `online` (those come at most once a second, any time)."""
+    end = time.monotonic() + timeout
+    while True:
+        raw = await asyncio.wait_for(ws.recv(), max(end - time.monotonic(), 0.01))
+        frame = json.loads(raw)
+        if frame.get("type") != "online":
+            return frame
+
+
+async def frames_until(ws, kinds: set[str], timeout: float) -> list[dict]:
+    """Frames (not `online`) up to and including the first of `kinds`; what came before it if the
+    timeout passes first (then the last element is {"type": "timeout"})."""
+    frames: list[dict] = []
+    end = time.monotonic() + timeout
+    try:
+        while True:
+            frame = await next_frame(ws, end - time.monotonic())
+            frames.append(frame)
+            if frame.get("type") in kinds:
+                return frames
+    except (asyncio.TimeoutError, ConnectionClosed) as error:
+        frames.append({"type": "timeout", "error": type(error).__name__})
+        return frames
+
+
+def body_n(frame: dict) -> int | None:
+    try:
+        return json.loads(frame.get("body", "")).get("n")
+    except (ValueError, AttributeError):
+        return None
+
+
+def show(frames: list[dict], limit: int = 6) -> str:
+    brief = [f"{f.get('type')}" + (f"#{f.get('seq')}" if f.get("type") == "message" else
+                                   f"{ {k: v for k, v in f.items() if k != 'type'} }" if len(f) > 1 else "")
+             for f in frames]
+    return ", ".join(brief[:limit]) + (f" ... ({len(frames)} frames)" if len(frames) > limit else "")
+
+
+async def run_recovery(args: argparse.Namespace, checks: Checks) -> None:
+    deadline = Deadline(args.timeout)
+    servers = [s.strip() for s in args.servers.split(",") if s.strip()]
+    run_id = uuid.uuid4().hex[:12]
+    await check_bad_queries(servers, checks, deadline, BAD_RECOVERY_QUERIES)
+    publishers = [Publisher(server) for server in servers]
+    counter = 0
+
+    async def publish(topic: str, count: int) -> list[int]:
+        nonlocal counter
+        sent = []
+        for _ in range(count):
+            body = json.dumps({"run": run_id, "n": counter, "sent": int(time.time() * 1000)})
+            publisher = publishers[counter % len(publishers)]
+            status = await asyncio.to_thread(publisher.post, body.encode(), deadline.left(10), f"/publish?topic={topic}")
+            if status != 200:
+                raise ValueError(f"publish #{counter} via {publisher.server}: HTTP {status}")
+            sent.append(counter)
+            counter += 1
+        return sent
+
+    async def wait_for(ws, last: int) -> None:
+        """Reads `ws` until the message with n == last (the topic's messages are in every window then)."""
+        end = time.monotonic() + deadline.left(20)
+        while body_n(await next_frame(ws, end - time.monotonic())) != last:
+            pass
+
+    options = dict(proxy=None, open_timeout=10, close_timeout=2, ping_interval=None, max_size=None)
+    try:
+        for s, server in enumerate(servers):
+            topic = f"wsr-{run_id}-{s}"
+            url = f"ws://{server}/feed?topic={topic}&policy=newest&capacity=250"
+            sockets = []
+            try:
+                # The anchor keeps the topic, its numbering and its window on this server while the client is away.
+                anchor = await connect(url, **options)
+                sockets.append(anchor)
+                first = await connect(url, **options)
+                sockets.append(first)
+                ready = await next_frame(first, deadline.left(10))
+                epoch, ready_seq = ready.get("epoch"), ready.get("seq")
+                checks.check(f"recovery-ready-epoch {server}",
+                             ready.get("type") == "ready" and isinstance(epoch, int) and epoch > 0
+                             and isinstance(ready_seq, int),
+                             f"first frame {ready}")
+                await next_frame(anchor, deadline.left(10))  # its ready
+                read = await publish(topic, 3)
+                last_seq = ready_seq if isinstance(ready_seq, int) else 0
+                while True:
+                    frame = await next_frame(first, deadline.left(10))
+                    if frame.get("type") == "message":
+                        last_seq = frame["seq"]
+                        if body_n(frame) == read[-1]:
+                            break
+                await first.close()
+                missed = await publish(topic, args.recovery_missed)
+                await wait_for(anchor, missed[-1])
+
+                back = await connect(f"{url}&since={last_seq}&epoch={epoch}", **options)
+                sockets.append(back)
+                frames = await frames_until(back, {"recovered", "resync"}, deadline.left(10))
+                messages = [f for f in frames if f.get("type") == "message"]
+                want_seqs = list(range(last_seq + 1, last_seq + 1 + len(missed)))
+                ok = (frames[0].get("type") == "ready" and frames[0].get("epoch") == epoch
+                      and [body_n(f) for f in messages] == missed and [f.get("seq") for f in messages] == want_seqs
+                      and len(frames) == len(missed) + 2 and frames[-1] == {"type": "recovered", "from": last_seq + 1,
+                                                                             "to": want_seqs[-1]})
+                checks.check(f"recovery-missed-then-recovered {server}: the {len(missed)} missed messages in order, "
+                             f"then recovered", ok,
+                             f"since {last_seq}: wanted ready, messages n {missed[0]}..{missed[-1]} (seq "
+                             f"{want_seqs[0]}..{want_seqs[-1]}), recovered; got {show(frames)}; n "
+                             f"{[body_n(f) for f in messages][:6]}")
+                live = await publish(topic, 3)
+                got = []
+                try:
+                    while len(got) < len(live):
+                        frame = await next_frame(back, deadline.left(10))
+                        got.append(frame)
+                except (asyncio.TimeoutError, ConnectionClosed):
+                    pass
+                checks.check(f"recovery-live-after {server}: then live messages, no duplicate, no gap",
+                             [body_n(f) for f in got] == live
+                             and [f.get("seq") for f in got] == list(range(want_seqs[-1] + 1, want_seqs[-1] + 1 + len(live))),
+                             f"wanted n {live} seq from {want_seqs[-1] + 1}; got {show(got)} n {[body_n(f) for f in got]}")
+
+                for label, query in [("another epoch", f"since={last_seq}&epoch={epoch + 1}"),
+                                     ("a since ahead of the topic", f"since={want_seqs[-1] + 1000}&epoch={epoch}")]:
+                    ws = await connect(f"{url}&{query}", **options)
+                    sockets.append(ws)
+                    frames = await frames_until(ws, {"recovered", "resync"}, deadline.left(10))
+                    checks.check(f"recovery-resync {server}: {label}",
+                                 [f.get("type") for f in frames] == ["ready", "resync"]
+                                 and isinstance(frames[-1].get("reason"), str),
+                                 f"{query}: got {show(frames)}")
+                if s == 0 and args.history_messages > 0:
+                    # Push since+1 out of the window by count.
+                    flood = await publish(topic, args.history_messages + 5)
+                    await wait_for(anchor, flood[-1])
+                    ws = await connect(f"{url}&since={last_seq}&epoch={epoch}", **options)
+                    sockets.append(ws)
+                    frames = await frames_until(ws, {"recovered", "resync"}, deadline.left(10))
+                    checks.check(f"recovery-resync {server}: a since the window no longer holds "
+                                 f"({args.history_messages + 5} messages later)",
+                                 [f.get("type") for f in frames] == ["ready", "resync"],
+                                 f"since {last_seq}: got {show(frames)}")
+            finally:
+                await asyncio.gather(*(ws.close() for ws in sockets), return_exceptions=True)
+    except Exception as error:  # noqa: BLE001
+        checks.check("recovery-finished", False, f"{type(error).__name__}: {error}")
+    finally:
+        for publisher in publishers:
+            publisher.close()
+
+
 async def run_batch(args: argparse.Namespace, checks: Checks) -> None:
     """The batched write path: a client that stops reading while --batch-messages messages
     are published (through a 4 KiB receive buffer, so they pile up in its subscription),
@@ -840,12 +1011,14 @@ async def run_batch(args: argparse.Namespace, checks: Checks) -> None:
 
 
 async def run_all(args: argparse.Namespace, checks: Checks) -> None:
-    if args.batch_messages:
+    if args.batch_messages and not args.only_recovery:
         await run_batch(args, checks)
-    if not args.only_topics:
+    if not (args.only_topics or args.only_recovery):
         await run(args, checks)
-    if args.topics >= 2:
+    if args.topics >= 2 and not args.only_recovery:
         await run_topics(args, checks)
+    if args.recovery or args.only_recovery:
+        await run_recovery(args, checks)
 
 
 def main() -> int:
@@ -865,9 +1038,16 @@ def main() -> int:
     parser.add_argument("--topic-clients", type=int, default=2, help="clients per topic and server in the topic section")
     parser.add_argument("--topic-messages", type=int, default=60, help="messages the topic section publishes")
     parser.add_argument("--only-topics", action="store_true", help="run the topic section only")
+    parser.add_argument("--recovery", action="store_true", help="run the recovery section too (since=, epoch=)")
+    parser.add_argument("--only-recovery", action="store_true", help="run the recovery section only")
+    parser.add_argument("--recovery-missed", type=int, default=10, help="messages a client misses while away")
+    parser.add_argument("--history-messages", type=int, default=1000,
+                        help="the servers' --history-messages: this many + 5 push a since out (0: skip that check)")
     parser.add_argument("--batch-messages", type=int, default=0,
                         help="first, the batch section with this many messages (0: none; at most 250)")
     args = parser.parse_args()
+    if args.recovery_missed < 1:
+        parser.error("--recovery-missed must be at least 1")
     if args.topics == 1 or args.topics < 0 or (args.only_topics and args.topics < 2):
         parser.error("--topics must be 0 or at least 2 (and at least 2 with --only-topics)")
     if args.topics and (args.topic_clients < 1 or args.topic_messages < args.topics):
@@ -878,11 +1058,15 @@ def main() -> int:
         print(f"warning: more than {FAST_CAPACITY} messages: a fast client that falls behind may drop", file=sys.stderr)
 
     checks = Checks()
-    main_section = "" if args.only_topics else (f", {args.clients} fast + {args.slow} slow clients, "
+    main_section = "" if args.only_topics or args.only_recovery else (f", {args.clients} fast + {args.slow} slow clients, "
                                                  f"{args.messages} messages at {args.rate:g}/s")
     topic_section = f", then {args.topics} topics" if args.topics else ""
     print(f"info: websockets {websockets.__version__}, servers {args.servers}{main_section}{topic_section}", flush=True)
 
+    if args.only_recovery:
+        sections = 1
+    else:
+        sections = (0 if args.only_topics else 1) + (1 if args.topics >= 2 else 0) + (1 if args.recovery else 0)
     if not 0 <= args.batch_messages <= FAST_CAPACITY:
         parser.error(f"--batch-messages must be between 0 and {FAST_CAPACITY}")
     sections = (0 if args.only_topics else 1) + (1 if args.topics >= 2 else 0) + (1 if args.batch_messages else 0)

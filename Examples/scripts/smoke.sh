@@ -10,6 +10,10 @@
 #     eviction of a stalled `.bounded` client (close code 1013);
 #   - feed-load --smoke across two servers: 50 connections, without and with
 #     slow clients, then 50 on 10 topics (each gets its topic's messages only);
+#   - recovery (issue 28): feed-load --reconnect (clients leave mid-run and come
+#     back with since=: every message exactly once, in order) and ws_check.py
+#     --only-recovery (the missed messages then `recovered`; resync for another
+#     epoch, a since ahead, a since out of the window; bad since/epoch are 400);
 #   - ws_check.py (Python websockets): a client that stops reading, then reads a
 #     batch (every message, in order, in fewer flushes than messages), 50 clients
 #     and a slow one on both servers, then clients on 3 topics (isolation,
@@ -20,11 +24,12 @@
 #     itself: concurrent first publishes, bad bodies, 21 clients that never read,
 #     40,000 connections opened and closed, SIGTERM with a client that ignores
 #     the close, timeouts and the connection cap, malformed HTTP, RFC 6455 errors;
-#   - four deliberate faults that must be caught: a server that skips `gap`
+#   - five deliberate faults that must be caught: a server that skips `gap`
 #     frames and the actor-channel hub, where one slow client holds everyone
 #     back (feed-load), a server that never evicts a stalled `.bounded`
-#     client (lifecycle_check.py), and one that puts every topic on `feed`
-#     (feed-load --topics and ws_check.py --only-topics).
+#     client (lifecycle_check.py), one that puts every topic on `feed`
+#     (feed-load --topics and ws_check.py --only-topics), and one that leaves
+#     out a recovered message (feed-load --reconnect and ws_check.py --only-recovery).
 # With --tsan, the servers are built with ThreadSanitizer (about 7 more
 # minutes of build) and any report stops them, which fails the checks.
 # Stops everything it started, by PID, even on failure. Every step has a time
@@ -164,6 +169,11 @@ step "Python websockets clients: a batch in order, 50 and a slow one on both ser
 run ws-check 300 "$PY" clients/ws_check.py --servers "127.0.0.1:$A,127.0.0.1:$B" --clients 50 --messages 200 --slow 1 \
     --topics 3 --batch-messages 60 --timeout 120
 
+step "recovery: clients that leave mid-run come back with since= (feed-load --reconnect, ws_check.py --only-recovery)"
+run feed-load-reconnect 300 .build/debug/feed-load --servers "127.0.0.1:$A,127.0.0.1:$B" --connections 50 --slow 0% \
+    --reconnect 20% --smoke
+run ws-recovery 180 "$PY" clients/ws_check.py --servers "127.0.0.1:$A,127.0.0.1:$B" --only-recovery --timeout 120
+
 step "headless Chromium: the live page"
 if timeout 1500 bash clients/install-chromium.sh; then
     run browser 180 "$PY" clients/browser_check.py --server "127.0.0.1:$A" --screenshot "$WORK/live-page.png" --timeout 120
@@ -231,6 +241,25 @@ else
     failed=$((failed + 1)); echo "FAIL ws_check missed a server that mixes topics"; tail -25 "$WORK/fault-topics-ws.log"
 fi
 stop_server "$F"
+
+step "deliberate fault: a server whose recovery leaves out a message (recovery-skips-one)"
+G=$(free_port)
+start_server "$G" broadcast FEED_SERVER_FAULT=recovery-skips-one
+timeout --kill-after=10 300 .build/debug/feed-load --servers "127.0.0.1:$G" --connections 20 --slow 0% --reconnect 50% --smoke \
+    >"$WORK/fault-recovery.log" 2>&1
+if [[ $? -eq 1 ]] && grep -q "^FAIL .*every reconnecting client got every message exactly once" "$WORK/fault-recovery.log"; then
+    passed=$((passed + 1)); echo "PASS feed-load caught it: $(grep -m1 "^FAIL .*exactly once" "$WORK/fault-recovery.log" | cut -c1-200)"
+else
+    failed=$((failed + 1)); echo "FAIL feed-load missed a recovery that leaves out a message"; tail -25 "$WORK/fault-recovery.log"
+fi
+timeout --kill-after=10 120 "$PY" clients/ws_check.py --servers "127.0.0.1:$G" --only-recovery --history-messages 0 --timeout 60 \
+    >"$WORK/fault-recovery-ws.log" 2>&1
+if [[ $? -eq 1 ]] && grep -q "^FAIL recovery-missed-then-recovered" "$WORK/fault-recovery-ws.log"; then
+    passed=$((passed + 1)); echo "PASS ws_check caught it: $(grep -m1 '^FAIL recovery-missed-then-recovered' "$WORK/fault-recovery-ws.log" | cut -c1-200)"
+else
+    failed=$((failed + 1)); echo "FAIL ws_check missed a recovery that leaves out a message"; tail -25 "$WORK/fault-recovery-ws.log"
+fi
+stop_server "$G"
 
 step "done in $(( $(date +%s) - started ))s"
 echo "$passed passed, $failed failed"

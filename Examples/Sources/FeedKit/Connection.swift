@@ -13,19 +13,24 @@ import Synchronization
 ///   through hummingbird-websocket's message assembly, so a continuation
 ///   without a start is closed with 1002 and invalid UTF-8 text with 1007,
 ///   and a client's close is seen at once;
-/// - the pump waits for the LISTEN, writes `ready`, then the events in
-///   batches: each time, what the subscription holds (up to ``batchLimit``,
-///   waiting only while it holds nothing), with a `gap` (carrying the
-///   subscription's `droppedCount`) before them whenever that count grew,
-///   written with one flush (``FeedFrameWriter``);
+/// - the pump waits until the topic's listener is in place, writes `ready`
+///   (and to a client that came back with `since`, what it missed:
+///   ``RecoveryPhase``), then the events in batches: each time, what the
+///   subscription holds (up to ``batchLimit``, waiting only while it holds
+///   nothing), with a `gap` (carrying the drops so far) where the hub's
+///   reader puts them, written with one flush (``FeedFrameWriter``);
 /// - `online` frames, at most once a second, once `ready` is out;
-/// - the watchdog: it counts drops into `/stats` as they happen (not only when
-///   the pump writes), closes a `bounded` or `unbounded` connection whose
-///   unread messages pass the byte budget (`FeedLimits.queueBytes`), and a
-///   `.bounded(n)` one that has held n or more unread for ``evictionDelay``;
-///   either is closed with 1013. `newest` and `oldest` need no byte check:
-///   their capacity is capped so that a full queue of the largest messages
-///   fits the budget.
+/// - for a hub that does not evict by itself (the two hand-written ones),
+///   the watchdog: it counts drops into `/stats` as they happen (not only
+///   when the pump writes), closes a `bounded` or `unbounded` connection
+///   whose unread messages pass the byte budget (`FeedLimits.queueBytes`),
+///   and a `.bounded(n)` one that has held n or more unread for
+///   ``evictionDelay``; either is closed with 1013. `newest` and `oldest`
+///   need no byte check: their capacity is capped so that a full queue of
+///   the largest messages fits the budget. The broadcast hub needs none:
+///   the library ends the subscription at the send that finds it over its
+///   limit (``BroadcastHub/eviction(for:)``), the pump's reader then ends,
+///   and the connection closes with 1013 the same way.
 public struct FeedConnection<Hub: FeedHub>: Sendable {
     public let hub: Hub
     public let stats: ServerStats
@@ -98,7 +103,10 @@ public struct FeedConnection<Hub: FeedHub>: Sendable {
             }
             group.addTask {
                 await Self.pump(subscription, topic: topic, hub: hub, stats: stats, drops: drops, progress: progress,
-                                writer: writer, readySent: readySent)
+                                writer: writer, readySent: readySent,
+                                recovery: RecoveryPhase(request: query.recovery, sequence: sequence))
+                // The hub ended the subscription: its client was too slow.
+                if subscription.isEvicted { return .evicted(Self.evictionReason(query, limits: limits)) }
                 return .ended
             }
             group.addTask {
@@ -108,9 +116,11 @@ public struct FeedConnection<Hub: FeedHub>: Sendable {
                 }
                 return .ended
             }
-            group.addTask {
-                await Self.watch(subscription, query: query, limits: limits, sequence: sequence,
-                                 progress: progress, drops: drops)
+            if !hub.evictsSlowClients {
+                group.addTask {
+                    await Self.watch(subscription, query: query, limits: limits, sequence: sequence,
+                                     progress: progress, drops: drops)
+                }
             }
             let end = await group.next() ?? .ended
             // Cancelling the pump also cancels a write stuck on a full socket.
@@ -151,51 +161,53 @@ public struct FeedConnection<Hub: FeedHub>: Sendable {
 
     static func pump(
         _ subscription: Hub.Subscription, topic: String, hub: Hub, stats: ServerStats, drops: DropCounter,
-        progress: ConnectionProgress, writer: FrameSink, readySent: BroadcastPromise<Void, Never>
+        progress: ConnectionProgress, writer: FrameSink, readySent: BroadcastPromise<Void, Never>,
+        recovery: RecoveryPhase
     ) async {
         do {
             // `ready` promises that nothing published from now on is missed:
             // the subscription already exists, so only its topic's LISTEN is left.
-            await hub.listener.waitUntilListening(topic)
+            await subscription.waitUntilReady(listener: hub.listener, topic: topic)
             try Task.checkCancellation()
-            try await writer.write([ControlFrame.ready])
+            // `ready`, then what a client that came back with `since` missed
+            // (Recovery.swift): live messages up to `recovered` were among it.
+            let plan = recovery.plan()
+            try await writer.write(plan.frames)
+            let recovered = plan.through
             readySent.succeed()
-            var reported = 0
-            var first = true
-            var iterator = subscription.makeAsyncIterator()
-            var events: [FeedEvent] = []
+            // The hub counts its own drops at each send; the others' are synced here.
+            let syncsDrops = !hub.evictsSlowClients
+            var droppedSoFar = 0
+            var reader = subscription.makeReader()
+            var items: [FeedItem] = []
             var frames: [ByteBuffer] = []
-            events.reserveCapacity(Self.batchLimit)
+            items.reserveCapacity(Self.batchLimit + 1)
             frames.reserveCapacity(Self.batchLimit + 1)
             // Each batch: what the subscription holds now (waiting only while
             // it holds nothing), written with one flush.
-            while await subscription.next(upTo: Self.batchLimit, from: &iterator, into: &events) > 0 {
+            while await reader.next(upTo: Self.batchLimit, into: &items) > 0 {
                 progress.busy.store(true, ordering: .relaxed)
                 var end: Int?
                 var messages = 0
-                for event in events {
-                    if case .message(let message) = event { end = message.end }
+                for item in items {
+                    if case .event(.message(let message)) = item { end = message.end }
                 }
                 if let end { progress.received.max(end) }
-                let dropped = subscription.droppedCount
-                if dropped > reported {
-                    // `dropped` is the subscription's count so far: a client
-                    // that misses a gap frame still learns the total. Before
-                    // the batch: what was dropped was older than what it holds.
-                    if !FaultInjection.skipGapFrames { frames.append(ControlFrame.gap(dropped: dropped)) }
-                    drops.sync(dropped)
-                    reported = dropped
-                }
-                for event in events {
-                    switch event {
-                    case .message(let message):
+                for item in items {
+                    switch item {
+                    case .lagged(let count):
+                        // The total so far: a client that misses a gap frame still learns it.
+                        droppedSoFar += count
+                        if !FaultInjection.skipGapFrames { frames.append(ControlFrame.gap(dropped: droppedSoFar)) }
+                        if syncsDrops { drops.sync(droppedSoFar) }
+                    case .event(.message(let message)):
+                        // Already sent from the history window.
+                        if message.seq <= recovered { continue }
                         frames.append(message.frame)
                         messages += 1
-                    case .resync:
-                        // A replayed resync tells a new client nothing.
-                        if !first { frames.append(ControlFrame.resync) }
+                    case .event(.resync):
+                        frames.append(ControlFrame.resync)
                     }
-                    first = false
                 }
                 if !frames.isEmpty {
                     try await writer.write(frames)
@@ -204,11 +216,21 @@ public struct FeedConnection<Hub: FeedHub>: Sendable {
                 if let end { progress.written.max(end) }
                 stats.add(.delivered, messages)
                 progress.busy.store(false, ordering: .relaxed)
-                events.removeAll(keepingCapacity: true)
+                items.removeAll(keepingCapacity: true)
                 frames.removeAll(keepingCapacity: true)
             }
         } catch {
             // The socket closed or the connection is ending: nothing to report.
+        }
+    }
+
+    /// The close reason of a connection its hub evicted.
+    static func evictionReason(_ query: FeedQuery, limits: FeedLimits) -> String {
+        switch query.policy {
+        case .bounded:
+            "too slow: \(query.capacity) unread for 10 s, or more than \(Swift.max(limits.maximumCapacity, query.capacity)) unread"
+        default:
+            "too slow: more than \(limits.maximumCapacity) unread"
         }
     }
 

@@ -11,6 +11,12 @@ public enum FeedEvent: Sendable {
     /// The LISTEN connection came back after an outage: notifications sent
     /// while it was down are lost, so clients should fetch their state again.
     case resync
+
+    /// A message (kept for replay), not an out-of-band `resync`.
+    public var isMessage: Bool {
+        if case .message = self { return true }
+        return false
+    }
 }
 
 public struct FeedMessage: Sendable {

@@ -9,11 +9,15 @@ public struct FeedQuery: Sendable, Equatable {
     public var topic: String = FeedTopic.default
     public var policy: Policy = .newest
     public var capacity: Int = 64
+    /// `since=SEQ&epoch=E`: a client that comes back for what it missed (``RecoveryPhase``).
+    public var recovery: RecoveryRequest?
 
-    public init(topic: String = FeedTopic.default, policy: Policy = .newest, capacity: Int = 64) {
+    public init(topic: String = FeedTopic.default, policy: Policy = .newest, capacity: Int = 64,
+                recovery: RecoveryRequest? = nil) {
         self.topic = topic
         self.policy = policy
         self.capacity = capacity
+        self.recovery = recovery
     }
 
     /// Parses the query parameters. Every input the library would reject by
@@ -21,6 +25,8 @@ public struct FeedQuery: Sendable, Equatable {
     /// one-line reason, before any subscription exists.
     /// `maximumCapacity` is the server's ceiling (``FeedLimits/maximumCapacity``).
     public init(parameters: [(name: String, value: String)], maximumCapacity: Int = FeedLimits().maximumCapacity) throws(BadFeedQuery) {
+        var since: Int?
+        var epoch: Int?
         for (name, value) in parameters {
             switch name {
             case "topic":
@@ -39,12 +45,26 @@ public struct FeedQuery: Sendable, Equatable {
                     throw BadFeedQuery("capacity \(capacity) is above \(maximumCapacity), this server's ceiling (--max-capacity)")
                 }
                 self.capacity = capacity
+            case "since":
+                guard let value = Int(value) else { throw BadFeedQuery("since '\(value.prefix(40))' is not an integer") }
+                guard value >= 0 else { throw BadFeedQuery("since \(value) is negative: it is the last seq you got") }
+                since = value
+            case "epoch":
+                guard let value = Int(value) else { throw BadFeedQuery("epoch '\(value.prefix(40))' is not an integer") }
+                guard value > 0 else { throw BadFeedQuery("epoch \(value) is not positive: it is the ready frame's epoch") }
+                epoch = value
             default:
                 continue  // unknown parameters are ignored, as browsers add their own
             }
         }
         if policy == .bounded && capacity == 0 {
             throw BadFeedQuery("capacity 0 with policy bounded: a bounded subscriber needs room for at least one element")
+        }
+        switch (since, epoch) {
+        case (let since?, let epoch?): recovery = RecoveryRequest(since: since, epoch: epoch)
+        case (_?, nil): throw BadFeedQuery("since without epoch: give the ready frame's epoch too, so seq is read in the right numbering")
+        case (nil, _?): throw BadFeedQuery("epoch without since: give the last seq you got as since")
+        case (nil, nil): break
         }
     }
 

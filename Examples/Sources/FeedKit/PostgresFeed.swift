@@ -54,11 +54,20 @@ public struct PostgresTarget: Sendable {
 
 /// One topic's `seq` (per server process, from 1, never reused while the
 /// topic has a client or a LISTEN: ``Sequencers``), and the running total of
-/// its messages' bytes (``FeedMessage/end``).
+/// its messages' bytes (``FeedMessage/end``); its ``epoch`` names this
+/// numbering, and its ``history`` keeps its recent messages for recovery.
 public final class Sequencer: Sendable {
     private let last = Synchronization.Atomic<Int>(0)
     private let bytes = Synchronization.Atomic<Int>(0)
-    public init() {}
+    /// Random, new for each numbering (each time the topic comes back, and in
+    /// each process), below 2^53 so that JavaScript reads it exactly.
+    public let epoch: Int
+    public let history: History
+    public init(history: History = History(limits: .off), epoch: Int = Sequencer.newEpoch()) {
+        self.history = history
+        self.epoch = epoch
+    }
+    public static func newEpoch() -> Int { Int.random(in: 1...(1 << 53) - 1) }
     public func next() -> Int { last.add(1, ordering: .relaxed).newValue }
     /// Adds a message's bytes to the running total and returns the new total (the message's `end`).
     public func advance(by n: Int) -> Int { bytes.add(n, ordering: .relaxed).newValue }

@@ -31,13 +31,15 @@ public final class TopicListener: Sendable {
 
     public let table = BroadcastValue<Table, Never>(Table())
     /// Each topic's `seq` and byte total, shared with its connections.
-    public let sequencers = Sequencers()
+    public let sequencers: Sequencers
     /// The shutdown barriers in flight (see ``Barriers``).
     public let barriers = Barriers()
     private let connection: SharedConnection
     private let logger: Logger
 
-    public init(target: PostgresTarget, logger: Logger) {
+    /// `history`: what each topic keeps for clients that reconnect (``History``).
+    public init(target: PostgresTarget, logger: Logger, history: HistoryLimits = HistoryLimits()) {
+        sequencers = Sequencers(history: history)
         connection = SharedConnection(target: target, logger: logger)
         self.logger = logger
     }
@@ -60,8 +62,10 @@ public final class TopicListener: Sendable {
     }
 
     /// LISTENs on `topic` until the task is cancelled; `deliver` gets each
-    /// event in order, one at a time.
-    public func listen(topic: String, deliver: @Sendable (FeedEvent) async -> Void) async {
+    /// event in order, one at a time. `onListening` runs each time LISTEN
+    /// succeeds: first, and again after an outage.
+    public func listen(topic: String, onListening: @Sendable () -> Void = {},
+                       deliver: @Sendable (FeedEvent) async -> Void) async {
         let sequence = sequencers.retain(topic)
         table.update { $0.running += 1 }
         defer {
@@ -78,11 +82,13 @@ public final class TopicListener: Sendable {
                 try await connection.listen(on: topic) { notifications in
                     // `listen(on:)` calls us once LISTEN has succeeded.
                     mark(topic, listened: true)
+                    onListening()
                     defer { mark(topic, listened: false) }
                     backoff = .milliseconds(250)
                     if lostConnection {
                         lostConnection = false
                         logger.info("LISTEN \(topic) is back: its clients resync")
+                        sequence.history.markLost()
                         await deliver(.resync)
                     }
                     for try await notification in notifications {
@@ -93,6 +99,8 @@ public final class TopicListener: Sendable {
                         }
                         var message = FeedMessage(seq: sequence.next(), payload: notification.payload)
                         message.end = sequence.advance(by: message.bytes)
+                        // Into the window before the hub: see ``RecoveryPhase``.
+                        sequence.history.append(message)
                         await deliver(.message(message))
                     }
                 }
@@ -197,8 +205,12 @@ actor SharedConnection {
 /// starts again from 1 when it comes back.
 public final class Sequencers: Sendable {
     private let table = NIOLockedValueBox<[String: (sequencer: Sequencer, holders: Int)]>([:])
+    /// Each new numbering's window.
+    public let history: HistoryLimits
 
-    public init() {}
+    public init(history: HistoryLimits = .off) {
+        self.history = history
+    }
 
     public func retain(_ topic: String) -> Sequencer {
         table.withLockedValue { table in
@@ -206,7 +218,7 @@ public final class Sequencers: Sendable {
                 table[topic] = (entry.sequencer, entry.holders + 1)
                 return entry.sequencer
             }
-            let sequencer = Sequencer()
+            let sequencer = Sequencer(history: History(limits: history))
             table[topic] = (sequencer, 1)
             return sequencer
         }

@@ -44,6 +44,21 @@ final class ClientRecord: @unchecked Sendable {
     var lastReceive: ContinuousClock.Instant?
     var error: String?
     var closeCode: Int?
+    /// `--reconnect`: this client leaves once it has half its messages and comes back with `since`.
+    var reconnects = false
+    /// Set when it has half: the reader closes the first connection.
+    var leaving = false
+    var reconnected = false
+    /// The last `ready` frame's `epoch` and `seq`.
+    var epoch = 0
+    var readySeq = 0
+    var readies = 0
+    /// `recovered` frames, and the messages they covered (`to - from + 1`).
+    var recoveredFrames = 0
+    var recoveredMessages = 0
+    /// Between a returning client's `ready` and its `recovered`: the messages
+    /// come from the server's window, and their latency is not a live one.
+    var recovering = false
 
     init(server: Int, servers: Int, isSlow: Bool, run: Int, expected: Int, topic: Int, counters: RunCounters) {
         self.topic = topic
@@ -75,11 +90,12 @@ final class ClientRecord: @unchecked Sendable {
                 lastReceive = now
                 received += 1
                 if received == expected && !isSlow { counters.complete.add(1, ordering: .relaxed) }
+                if reconnects && !reconnected && received >= expected / 2 { leaving = true }
                 if n == nextExpected { nextExpected += 1 }
                 else if n > nextExpected { skipped += n - nextExpected; nextExpected = n + 1 }
                 else { outOfOrder += 1 }
                 if let via = intAfter(Prefix.via, in: bytes), via >= 0, via < viaCount.count { viaCount[via] += 1 }
-                if !isSlow, let sentMicros = intAfter(Prefix.us, in: bytes) {
+                if !isSlow && !recovering, let sentMicros = intAfter(Prefix.us, in: bytes) {
                     latenciesMicros.append(Int32(clamping: wallMicros() - sentMicros))
                 }
             } else if bytes.starts(with: Prefix.gap) {
@@ -89,12 +105,23 @@ final class ClientRecord: @unchecked Sendable {
             } else if bytes.starts(with: Prefix.online) {
                 maxOnline = max(maxOnline, intAfter(Prefix.count, in: bytes) ?? 0)
             } else if bytes.starts(with: Prefix.ready) {
+                readies += 1
+                epoch = intAfter(Prefix.epoch, in: bytes) ?? 0
+                readySeq = intAfter(Prefix.seq, in: bytes) ?? 0
+                recovering = reconnected
                 if connectTime == nil {
                     connectTime = clock.now - started
                     counters.ready.add(1, ordering: .relaxed)
                 }
             } else if bytes.starts(with: Prefix.resync) {
                 resyncs += 1
+                recovering = false
+            } else if bytes.starts(with: Prefix.recovered) {
+                recoveredFrames += 1
+                recovering = false
+                if let from = intAfter(Prefix.from, in: bytes), let to = intAfter(Prefix.to, in: bytes) {
+                    recoveredMessages += to - from + 1
+                }
             }
         }
     }
@@ -112,6 +139,10 @@ final class ClientRecord: @unchecked Sendable {
         static let online = Array(#"{"type":"online""#.utf8)
         static let ready = Array(#"{"type":"ready""#.utf8)
         static let resync = Array(#"{"type":"resync""#.utf8)
+        static let recovered = Array(#"{"type":"recovered""#.utf8)
+        static let epoch = Array(#""epoch":"#.utf8)
+        static let from = Array(#""from":"#.utf8)
+        static let to = Array(#""to":"#.utf8)
         static let seq = Array(#""seq":"#.utf8)
         static let dropped = Array(#""dropped":"#.utf8)
         static let count = Array(#""count":"#.utf8)

@@ -46,6 +46,12 @@ struct FeedLoad: AsyncParsableCommand {
     @Option(help: "Topics the clients spread over (client i on topic t(i mod N), message n to topic t(n mod N)); 1 uses the default topic 'feed'.")
     var topics: Int = 1
 
+    @Option(help: "Share of the fast clients that close once they have half their messages, wait --reconnect-pause, and come back with since= and epoch=, e.g. 20%: each must get every message exactly once, in order, across its two connections.")
+    var reconnect: String = "0%"
+
+    @Option(help: "Milliseconds a reconnecting client stays away (messages published meanwhile must be recovered).")
+    var reconnectPause: Int = 1000
+
     @Option(help: "Write the report (markdown) to this file as well.")
     var report: String?
 
@@ -57,9 +63,14 @@ struct FeedLoad: AsyncParsableCommand {
             throw ValidationError("--slow must look like 5%")
         }
         guard topics >= 1 else { throw ValidationError("--topics must be at least 1") }
+        guard let reconnectShare = Double(reconnect.replacingOccurrences(of: "%", with: "")).map({ $0 / 100 }),
+              reconnectShare >= 0, reconnectShare <= 1, reconnectPause >= 0 else {
+            throw ValidationError("--reconnect must look like 20% and --reconnect-pause be at least 0")
+        }
         let options = LoadOptions(
             servers: addresses, rate: rate, seconds: smoke ? min(seconds, 8) : seconds,
-            hub: hub, fastCapacity: fastCapacity, slowQuery: slowQuery, payloadBytes: payloadBytes, topics: topics)
+            hub: hub, fastCapacity: fastCapacity, slowQuery: slowQuery, payloadBytes: payloadBytes, topics: topics,
+            reconnect: reconnectShare, reconnectPause: .milliseconds(reconnectPause))
         var checks = Checks()
         var report = Report(options: options)
         for count in counts {

@@ -17,6 +17,9 @@ struct LoadOptions: Sendable {
     var slowQuery: String
     var payloadBytes: Int
     var topics: Int
+    /// Share of the fast clients that leave mid-run and come back with `since` (`--reconnect`).
+    var reconnect: Double = 0
+    var reconnectPause: Duration = .seconds(1)
 
     /// Topic `t`'s name: the default topic when there is one topic.
     func topicName(_ t: Int) -> String { topics == 1 ? "feed" : "t\(t)" }
@@ -85,6 +88,12 @@ struct LoadRun {
             made.append(ClientRecord(server: i % servers.count, servers: servers.count, isSlow: isSlow, run: run,
                                      expected: options.expected(expected, topic: topic), topic: topic, counters: counters))
         }
+        // Reconnecting clients: evenly spread over the fast ones (so over servers and topics).
+        let fastRecords = made.filter { !$0.isSlow }
+        let reconnecting = Int((Double(fastRecords.count) * options.reconnect).rounded())
+        if reconnecting > 0 {
+            for j in 0..<reconnecting { fastRecords[j * fastRecords.count / reconnecting].reconnects = true }
+        }
 
         // Ramp: at most 64 handshakes at a time.
         let records = made
@@ -113,13 +122,19 @@ struct LoadRun {
                     inFlight += 1
                     record.started = record.clock.now
                     let url = "ws://\(host):\(port)/feed?topic=\(options.topicName(record.topic))&policy=newest&capacity=\(options.fastCapacity)"
+                    let pause = options.reconnectPause
                     group.addTask {
                         do {
-                            try await WebSocketClient.connect(url: url, configuration: .init(maxFrameSize: 1 << 16), logger: logger) { inbound, outbound, _ in
+                            // A reconnecting client's first connection ends once it has half its
+                            // messages; the second asks for what it missed meanwhile.
+                            var since = ""
+                            while true {
+                            try await WebSocketClient.connect(url: url + since, configuration: .init(maxFrameSize: 1 << 16), logger: logger) { inbound, outbound, _ in
                                 try await withThrowingTaskGroup(of: Bool.self) { connection in
                                     connection.addTask {
                                         for try await message in inbound.messages(maxSize: 1 << 16) {
                                             if case .text(let text) = message { record.handle(text) }
+                                            if record.leaving { break }
                                         }
                                         return true
                                     }
@@ -133,6 +148,12 @@ struct LoadRun {
                                         if readerEnded { connection.cancelAll(); break }
                                     }
                                 }
+                            }
+                            guard record.leaving, !counters.stop.load(ordering: .relaxed) else { break }
+                            try await Task.sleep(for: pause)
+                            since = "&since=\(max(record.lastSeq, record.readySeq))&epoch=\(record.epoch)"
+                            record.leaving = false
+                            record.reconnected = true
                             }
                         } catch {
                             record.fail("\(error)")

@@ -85,6 +85,17 @@ extension LoadRun.Result {
         let wanted = (0..<options.servers.count).map { server in Set(records.filter { $0.server == server }.map(\.topic)).count }
         checks.check("\(name): each server LISTENed on its clients' topics", statsConnected.map(\.listeningTopics) == wanted,
                      "listeningTopics \(statsConnected.map(\.listeningTopics)), clients' topics \(wanted)")
+        let reconnecting = fastRecords.filter(\.reconnects)
+        if !reconnecting.isEmpty {
+            let notBack = reconnecting.filter { !$0.reconnected || $0.readies != 2 || $0.recoveredFrames != 1 || $0.resyncs > 0 }
+            checks.check("\(name): \(reconnecting.count) clients left mid-run and came back with since: each got ready, then recovered (\(reconnecting.reduce(0) { $0 + $1.recoveredMessages }) messages recovered)",
+                         notBack.isEmpty,
+                         "\(notBack.count) did not; first: reconnected \(notBack.first?.reconnected ?? false), ready frames \(notBack.first?.readies ?? 0), recovered frames \(notBack.first?.recoveredFrames ?? 0), resyncs \(notBack.first?.resyncs ?? 0), error \(notBack.first?.error ?? "none")")
+            let broken = reconnecting.filter { $0.received != $0.expected || $0.skipped > 0 || $0.outOfOrder > 0 || $0.seqViolations > 0 }
+            checks.check("\(name): every reconnecting client got every message exactly once, in order, across its two connections",
+                         broken.isEmpty,
+                         "\(broken.count) of \(reconnecting.count) did not; first: received \(broken.first?.received ?? 0) of \(broken.first?.expected ?? 0), skipped \(broken.first?.skipped ?? 0), out of order or repeated \(broken.first?.outOfOrder ?? 0), seq not increasing \(broken.first?.seqViolations ?? 0)")
+        }
         guard slow > 0 else { return }
         let noGap = slowRecords.filter { $0.gaps == 0 && $0.closeCode == nil }
         // A slow client reads 10 messages a second: it falls behind only on a topic that gets more.

@@ -52,6 +52,10 @@ struct FeedServer: AsyncParsableCommand {
     var publishConnections: Int = 4
     @Option(help: "Seconds from SIGTERM to exit, whatever the clients do.")
     var shutdownTimeout: Double = 10
+    @Option(help: "Messages kept per topic for clients that reconnect with since= (0: no history).")
+    var historyMessages: Int = HistoryLimits.defaultMessages
+    @Option(help: "Seconds a message stays recoverable (0: no history).")
+    var historySeconds: Double = Double(HistoryLimits.defaultSeconds)
 
     func run() async throws {
         var logger = Logger(label: "feed-server")
@@ -73,6 +77,10 @@ struct FeedServer: AsyncParsableCommand {
             throw ValidationError("\(name) must be above 0 and at most 3600 seconds")
         }
         guard publishConnections >= 1 else { throw ValidationError("--publish-connections must be at least 1") }
+        guard (0...100_000).contains(historyMessages), historySeconds >= 0 && historySeconds <= 86_400 else {
+            throw ValidationError("--history-messages must be 0...100000 and --history-seconds 0...86400")
+        }
+        let history = HistoryLimits(messages: historyMessages, maximumAge: .nanoseconds(Int64(historySeconds * 1e9)))
         let files = Self.raiseFileLimit()
         let connectionLimit = maxConnections ?? min(10_000, max(64, files - 128))
         guard connectionLimit >= 1 else { throw ValidationError("--max-connections must be at least 1") }
@@ -86,11 +94,13 @@ struct FeedServer: AsyncParsableCommand {
             http: HTTPLimits(headerTimeout: .nanoseconds(Int64(headerTimeout * 1e9)), bodyTimeout: .nanoseconds(Int64(bodyTimeout * 1e9))),
             maxConnections: connectionLimit, publishConnections: publishConnections,
             shutdownTimeout: .nanoseconds(Int64(shutdownTimeout * 1e9)))
-        let listener = TopicListener(target: target, logger: logger)
+        logger.info("history: \(history.isEnabled ? "\(history.messages) messages or \(historySeconds) s per topic" : "off")")
+        let listener = TopicListener(target: target, logger: logger, history: history)
+        let stats = ServerStats()
         switch hub {
-        case .broadcast: try await serve(hub: BroadcastHub(listener: listener), settings)
-        case .lockStream: try await serve(hub: LockStreamHub(listener: listener), settings)
-        case .actorChannel: try await serve(hub: ActorChannelHub(listener: listener), settings)
+        case .broadcast: try await serve(hub: BroadcastHub(listener: listener, limits: settings.feed, stats: stats), stats: stats, settings)
+        case .lockStream: try await serve(hub: LockStreamHub(listener: listener), stats: stats, settings)
+        case .actorChannel: try await serve(hub: ActorChannelHub(listener: listener), stats: stats, settings)
         }
     }
 

@@ -88,8 +88,7 @@ func feedQuery(_ request: Request, maximumCapacity: Int) throws -> FeedQuery {
     }
 }
 
-func serve<Hub: FeedHub>(hub: Hub, _ settings: ServerSettings) async throws {
-    let stats = ServerStats()
+func serve<Hub: FeedHub>(hub: Hub, stats: ServerStats, _ settings: ServerSettings) async throws {
     let logger = settings.logger
     let publisher = Publisher(target: settings.target, size: settings.publishConnections, logger: logger)
     let live = LiveConnections()

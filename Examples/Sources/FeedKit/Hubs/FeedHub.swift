@@ -16,6 +16,26 @@ public protocol FeedSubscription: AsyncSequence, Sendable where Element == FeedE
     /// while await subscription.next(upTo: 64, from: &iterator, into: &batch) > 0 { ... }
     /// ```
     func next(upTo limit: Int, from iterator: inout AsyncIterator, into buffer: inout [FeedEvent]) async -> Int
+    associatedtype Reader: FeedBatchReader = DroppedCountReader<Self>
+    /// The pump's reader: the hub's drops in place (`.lagged`), as well as its API tells them.
+    func makeReader() -> Reader
+    /// Returns once the topic's listener is in place (its LISTEN succeeded):
+    /// from then on nothing published to the topic is missed.
+    func waitUntilReady(listener: TopicListener, topic: String) async
+    /// The hub ended this subscription because its client was too slow.
+    var isEvicted: Bool { get }
+}
+
+extension FeedSubscription where Reader == DroppedCountReader<Self> {
+    public func makeReader() -> DroppedCountReader<Self> { DroppedCountReader(self) }
+}
+
+extension FeedSubscription {
+    /// The hub keeps no listener state: wait on the topic's LISTEN in the shared table.
+    public func waitUntilReady(listener: TopicListener, topic: String) async {
+        await listener.waitUntilListening(topic)
+    }
+    public var isEvicted: Bool { false }
 }
 
 /// The keyed fan-out behind `/feed?topic=NAME`. The server is generic over
@@ -41,9 +61,14 @@ public protocol FeedHub: Sendable {
     /// Ends every subscription and stops every LISTEN, returning once the
     /// LISTEN connection has nothing left to do. Called after the server stopped.
     func shutdown() async
+    /// The hub itself counts drops and evicts slow clients (as each send
+    /// finds them): the connection runs no watchdog.
+    var evictsSlowClients: Bool { get }
 }
 
 extension FeedHub {
+    public var evictsSlowClients: Bool { false }
+
     /// Calls `body` with this process's connection count on `topic` when it
     /// changes, at most once a second, until the task is cancelled.
     public func watchOnline(topic: String, _ body: @Sendable (Int) async throws -> Void) async throws {
@@ -56,5 +81,48 @@ extension FeedHub {
             }
             try await Task.sleep(for: .seconds(1))
         }
+    }
+}
+
+/// What a connection's pump takes from its subscription: an event, or how
+/// many events its policy dropped at that point (a `gap` frame).
+public enum FeedItem: Sendable {
+    case event(FeedEvent)
+    case lagged(Int)
+}
+
+/// Reads a subscription in batches, each with its drops in place.
+public protocol FeedBatchReader {
+    /// Waits while nothing is ready, then appends up to `limit` items, in
+    /// order, to `buffer` and returns how many events it took (0: ended).
+    mutating func next(upTo limit: Int, into buffer: inout [FeedItem]) async -> Int
+}
+
+/// The reader of a hub without lag in-band: before a batch, the growth of
+/// `droppedCount` since the previous one (the drops were older than what it
+/// holds for `.bufferingNewest`, newer for `.bufferingOldest`: the position
+/// is approximate, the count exact).
+public struct DroppedCountReader<Subscription: FeedSubscription>: FeedBatchReader {
+    let subscription: Subscription
+    var iterator: Subscription.AsyncIterator
+    var events: [FeedEvent] = []
+    var reported = 0
+
+    public init(_ subscription: Subscription) {
+        self.subscription = subscription
+        iterator = subscription.makeAsyncIterator()
+    }
+
+    public mutating func next(upTo limit: Int, into buffer: inout [FeedItem]) async -> Int {
+        events.removeAll(keepingCapacity: true)
+        let count = await subscription.next(upTo: limit, from: &iterator, into: &events)
+        guard count > 0 else { return 0 }
+        let dropped = subscription.droppedCount
+        if dropped > reported {
+            buffer.append(.lagged(dropped - reported))
+            reported = dropped
+        }
+        for event in events { buffer.append(.event(event)) }
+        return count
     }
 }
