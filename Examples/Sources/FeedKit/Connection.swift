@@ -164,6 +164,7 @@ public struct FeedConnection<Hub: FeedHub>: Sendable {
         progress: ConnectionProgress, writer: FrameSink, readySent: BroadcastPromise<Void, Never>,
         recovery: RecoveryPhase
     ) async {
+        var writer = writer
         do {
             // `ready` promises that nothing published from now on is missed:
             // the subscription already exists, so only its topic's LISTEN is left.
@@ -285,7 +286,7 @@ public struct FeedConnection<Hub: FeedHub>: Sendable {
 /// ``FeedFrameWriter``, or (without the channel) frame by frame through
 /// hummingbird-websocket's writer.
 struct FrameSink: Sendable {
-    let batch: FeedFrameWriter?
+    var batch: FeedFrameWriter?
     let outbound: WebSocketOutboundWriter
 
     init(channel: (any Channel)?, outbound: WebSocketOutboundWriter, logger: Logger) async {
@@ -303,9 +304,9 @@ struct FrameSink: Sendable {
         }
     }
 
-    func write(_ frames: [ByteBuffer]) async throws {
-        if let batch {
-            try await batch.write(frames)
+    mutating func write(_ frames: [ByteBuffer]) async throws {
+        if batch != nil {
+            try await batch!.write(frames)
         } else {
             for frame in frames { try await outbound.write(.custom(WebSocketFrame(fin: true, opcode: .text, data: frame))) }
         }

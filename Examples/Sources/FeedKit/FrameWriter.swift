@@ -12,9 +12,14 @@ import NIOWebSocket
 /// (`results/2026-11-26-perf-before.txt`). Nothing public there writes
 /// several frames with one flush, so this writer goes below it: one
 /// event-loop task writes the frames through a handler of ours placed just
-/// before NIO's frame encoder, then flushes once, and the caller waits for
-/// the last write to reach the socket (a slow client's pump stays blocked,
-/// and its policy sees it fall behind, as before).
+/// before NIO's frame encoder, then flushes once.
+///
+/// At most two batches are in flight: ``write(_:)`` returns once its batch is
+/// handed to the event loop, after waiting for the previous batch to reach
+/// the socket. A fast client's previous batch is long written when the next
+/// one comes, so its pump does not wait at all; a slow client's pump stays
+/// blocked on its full socket, and its policy sees it fall behind, as before
+/// (NIO's buffer holds at most the two batches).
 ///
 /// The server configures no WebSocket extension (no compression), so the
 /// frames need none of `WebSocketHandler`'s processing. The close handshake
@@ -24,6 +29,10 @@ import NIOWebSocket
 public struct FeedFrameWriter: Sendable {
     let channel: any Channel
     let gate: NIOLoopBound<CloseGate>
+    /// Batches whose write completed (on the event loop), and whether one failed.
+    let completed = NIOLockedValueBox<(count: Int, failed: (any Error)?)>((0, nil))
+    private var issued = 0
+    private var previous: EventLoopFuture<Void>?
 
     /// Installs the gate on an upgraded WebSocket channel (after NIO's
     /// `WebSocketFrameEncoder`, so every outbound frame passes it).
@@ -37,19 +46,38 @@ public struct FeedFrameWriter: Sendable {
         }.get()
     }
 
-    /// Writes `frames` (text, final) in order with one flush, and returns
-    /// once the last is in the socket. Throws if the connection closed or
-    /// sent its close frame; throws `CancellationError` at once when the
-    /// task is cancelled (the frames may still go out, ahead of a close frame).
-    public func write(_ frames: [ByteBuffer]) async throws {
+    private init(channel: any Channel, gate: NIOLoopBound<CloseGate>) {
+        self.channel = channel
+        self.gate = gate
+    }
+
+    /// Hands `frames` (text, final) to the event loop, to be written in order
+    /// with one flush, once the previous batch is in the socket. Throws if
+    /// the connection closed, sent its close frame, or failed a write;
+    /// throws `CancellationError` at once when the task is cancelled while
+    /// it waits.
+    public mutating func write(_ frames: [ByteBuffer]) async throws {
         guard !frames.isEmpty else { return }
         try Task.checkCancellation()
+        let (count, failed) = completed.withLockedValue { $0 }
+        if let failed { throw failed }
+        if count < issued, let previous {
+            try await WriteWait.wait(for: previous)
+        }
         let promise = channel.eventLoop.makePromise(of: Void.self)
         let gate = self.gate
+        let completed = self.completed
+        promise.futureResult.whenComplete { result in
+            completed.withLockedValue { state in
+                state.count += 1
+                if case .failure(let error) = result, state.failed == nil { state.failed = error }
+            }
+        }
         channel.eventLoop.execute {
             gate.value.write(frames, promise: promise)
         }
-        try await WriteWait.wait(for: promise.futureResult)
+        issued += 1
+        previous = promise.futureResult
     }
 }
 
