@@ -169,16 +169,20 @@ func serve<Hub: FeedHub>(hub: Hub, _ settings: ServerSettings) async throws {
     let drain = ShutdownDrain(
         hub: hub, publisher: publisher, live: live, registry: registry,
         timeout: settings.shutdownTimeout, logger: logger)
-    // SIGTERM: the drain goes first (the last service is shut down first),
-    // then Hummingbird's graceful shutdown. The server's life is the
-    // services'; the hub's own task (if any) is cancelled when they end.
+    // SIGTERM: the last service is shut down first, each once the one after
+    // it has returned: the drain (it needs both PostgreSQL clients), then
+    // Hummingbird's graceful shutdown, then the hub and its LISTEN
+    // connection, then the publish pool (Services.swift).
     let services = ServiceGroup(configuration: .init(
-        services: [.init(service: app), .init(service: drain)],
+        services: [
+            .init(service: PostgresPublisherService(publisher: publisher)),
+            .init(service: FeedHubService(hub: hub)),
+            .init(service: app),
+            .init(service: drain),
+        ],
         gracefulShutdownSignals: [.sigterm, .sigint],
         logger: logger))
     try await services.run()
-    await hub.shutdown()
-    await publisher.shutdown()
 }
 
 /// What SIGTERM does before Hummingbird closes the connections, and the bound on all of it.
