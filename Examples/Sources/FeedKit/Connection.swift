@@ -170,6 +170,7 @@ public struct FeedConnection<Hub: FeedHub>: Sendable {
                     try await write(message.frame, to: outbound)
                     progress.written.max(message.end)
                     stats.add(.delivered)
+                    stats.observeFanOut(of: message)
                 case .resync:
                     // A replayed resync tells a new client nothing.
                     if !first { try await write(ControlFrame.resync, to: outbound) }

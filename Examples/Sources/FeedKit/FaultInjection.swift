@@ -14,9 +14,13 @@ import Foundation
 /// bad one is still a 400) but then ignored: every connection subscribes to,
 /// and every publish goes to, the default topic `feed`, so every client gets
 /// every topic's messages.
+///
+/// `FEED_SERVER_FAULT=metrics-miss-delivered`: `/stats` counts deliveries,
+/// `/metrics`' `feed_delivered_total` does not (the rest of the metrics move).
 public enum FaultInjection {
     public static let fault = ProcessInfo.processInfo.environment["FEED_SERVER_FAULT"] ?? ""
     public static let skipGapFrames = fault == "skip-gaps"
     public static let neverEvict = fault == "no-eviction"
     public static let topicCrosstalk = fault == "topic-crosstalk"
+    public static let metricsMissDelivered = fault == "metrics-miss-delivered"
 }

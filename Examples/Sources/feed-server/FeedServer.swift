@@ -4,6 +4,8 @@ import Foundation
 import Hummingbird
 import HummingbirdWebSocket
 import Logging
+import Metrics
+import Prometheus
 
 @main
 struct FeedServer: AsyncParsableCommand {
@@ -12,7 +14,7 @@ struct FeedServer: AsyncParsableCommand {
         abstract: "A WebSocket fan-out of PostgreSQL NOTIFYs, one channel per topic.",
         discussion: """
         Routes: GET /feed?topic=NAME&policy=newest|oldest|bounded|unbounded&capacity=N (WebSocket), \
-        POST /publish?topic=NAME, GET /stats, GET / (a live page). Topics: [a-z0-9_-]{1,48}, default 'feed'.
+        POST /publish?topic=NAME, GET /stats, GET /metrics (Prometheus), GET / (a live page). Topics: [a-z0-9_-]{1,48}, default 'feed'.
         """)
 
     enum Hub: String, ExpressibleByArgument, CaseIterable {
@@ -52,6 +54,8 @@ struct FeedServer: AsyncParsableCommand {
     var publishConnections: Int = 4
     @Option(help: "Seconds from SIGTERM to exit, whatever the clients do.")
     var shutdownTimeout: Double = 10
+    @Flag(inversion: .prefixedNo, help: "Serve GET /metrics (Prometheus text format); --no-metrics: no route, no metrics kept.")
+    var metrics = true
 
     func run() async throws {
         var logger = Logger(label: "feed-server")
@@ -80,12 +84,22 @@ struct FeedServer: AsyncParsableCommand {
             logger.warning("--max-connections \(connectionLimit) is close to the open-file limit \(files): accept may hit it (NIO then backs off)")
         }
         logger.info("limits: \(connectionLimit) connections (open files \(files)), queue \(queueBytes) bytes, capacity ≤ \(maxCapacity ?? ceiling)")
-        let settings = ServerSettings(
+        var settings = ServerSettings(
             host: host, port: port, sendBufferBytes: sendBufferBytes, target: target, logger: logger,
             feed: FeedLimits(queueBytes: queueBytes, maximumCapacity: maxCapacity),
             http: HTTPLimits(headerTimeout: .nanoseconds(Int64(headerTimeout * 1e9)), bodyTimeout: .nanoseconds(Int64(bodyTimeout * 1e9))),
             maxConnections: connectionLimit, publishConnections: publishConnections,
-            shutdownTimeout: .nanoseconds(Int64(shutdownTimeout * 1e9)))
+            shutdownTimeout: .nanoseconds(Int64(shutdownTimeout * 1e9)), metrics: nil)
+        var registry: PrometheusCollectorRegistry?
+        if metrics {
+            // Once per process, before anything creates a metric.
+            let prometheus = PrometheusCollectorRegistry()
+            var factory = PrometheusMetricsFactory(registry: prometheus)
+            factory.durationHistogramBuckets[FeedMetrics.Name.fanOutLatency] = FeedMetrics.fanOutBuckets
+            MetricsSystem.bootstrap(factory)
+            registry = prometheus
+        }
+        settings.metrics = registry
         let listener = TopicListener(target: target, logger: logger)
         switch hub {
         case .broadcast: try await serve(hub: BroadcastHub(listener: listener), settings)

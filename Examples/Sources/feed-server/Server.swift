@@ -5,6 +5,7 @@ import HummingbirdWebSocket
 import Logging
 import NIOConcurrencyHelpers
 import NIOCore
+import Prometheus
 import ServiceLifecycle
 import Synchronization
 
@@ -19,6 +20,8 @@ struct ServerSettings: Sendable {
     var maxConnections: Int
     var publishConnections: Int
     var shutdownTimeout: Duration
+    /// The registry the process bootstrapped swift-metrics with; nil: `--no-metrics` (no `/metrics`).
+    var metrics: PrometheusCollectorRegistry?
 }
 
 /// The request context. Hummingbird's `WebSocketHandlerReference` is a box
@@ -76,7 +79,8 @@ func feedQuery(_ request: Request, maximumCapacity: Int) throws -> FeedQuery {
 }
 
 func serve<Hub: FeedHub>(hub: Hub, _ settings: ServerSettings) async throws {
-    let stats = ServerStats()
+    // After the bootstrap (in main), so the metrics are Prometheus'.
+    let stats = ServerStats(metrics: settings.metrics == nil ? nil : FeedMetrics())
     let logger = settings.logger
     let publisher = Publisher(target: settings.target, size: settings.publishConnections, logger: logger)
     let live = LiveConnections()
@@ -94,6 +98,14 @@ func serve<Hub: FeedHub>(hub: Hub, _ settings: ServerSettings) async throws {
         plainText(stats.json(hub: hub.name, listeningTopics: hub.listener.listeningCount, topics: await hub.topicCount(),
                              connections: registry.count),
                   contentType: "application/json")
+    }
+    if let prometheus = settings.metrics {
+        router.get("/metrics") { _, _ in
+            stats.metrics?.setTopics(await hub.topicCount())
+            return Response(
+                status: .ok, headers: [.contentType: "text/plain; version=0.0.4; charset=utf-8"],
+                body: .init(byteBuffer: ByteBuffer(bytes: prometheus.emitToBuffer())))
+        }
     }
     router.post("/publish") { request, _ -> Response in
         let topic: String
