@@ -12,17 +12,21 @@
 #     slow clients, then 50 on 10 topics (each gets its topic's messages only);
 #   - ws_check.py (Python websockets): 50 clients and a slow one on both servers,
 #     then clients on 3 topics (isolation, listeningTopics, bad topics refused);
+#   - metrics_check.py: /metrics on both servers (Prometheus text format: names,
+#     types, the histogram's buckets) against /stats, around 10 clients per
+#     server and 20 messages;
 #   - browser_check.py: the live page in headless Chromium (installed if missing),
 #     its topic box too;
 #   - hardening_check.py: a hostile client (issue 26) against servers it starts
 #     itself: concurrent first publishes, bad bodies, 21 clients that never read,
 #     40,000 connections opened and closed, SIGTERM with a client that ignores
 #     the close, timeouts and the connection cap, malformed HTTP, RFC 6455 errors;
-#   - four deliberate faults that must be caught: a server that skips `gap`
+#   - five deliberate faults that must be caught: a server that skips `gap`
 #     frames and the actor-channel hub, where one slow client holds everyone
 #     back (feed-load), a server that never evicts a stalled `.bounded`
-#     client (lifecycle_check.py), and one that puts every topic on `feed`
-#     (feed-load --topics and ws_check.py --only-topics).
+#     client (lifecycle_check.py), one that puts every topic on `feed`
+#     (feed-load --topics and ws_check.py --only-topics), and one whose
+#     /metrics misses deliveries (metrics_check.py).
 # With --tsan, the servers are built with ThreadSanitizer (about 7 more
 # minutes of build) and any report stops them, which fails the checks.
 # Stops everything it started, by PID, even on failure. Every step has a time
@@ -162,6 +166,9 @@ step "Python websockets clients: 50 and a slow one on both servers, then 3 topic
 run ws-check 300 "$PY" clients/ws_check.py --servers "127.0.0.1:$A,127.0.0.1:$B" --clients 50 --messages 200 --slow 1 \
     --topics 3 --timeout 120
 
+step "metrics: /metrics against /stats on both servers"
+run metrics 120 "$PY" clients/metrics_check.py --servers "127.0.0.1:$A,127.0.0.1:$B" --clients 10 --messages 20 --timeout 60
+
 step "headless Chromium: the live page"
 if timeout 1500 bash clients/install-chromium.sh; then
     run browser 180 "$PY" clients/browser_check.py --server "127.0.0.1:$A" --screenshot "$WORK/live-page.png" --timeout 120
@@ -229,6 +236,18 @@ else
     failed=$((failed + 1)); echo "FAIL ws_check missed a server that mixes topics"; tail -25 "$WORK/fault-topics-ws.log"
 fi
 stop_server "$F"
+
+step "deliberate fault: a server whose /metrics misses deliveries (metrics-miss-delivered)"
+G=$(free_port)
+start_server "$G" broadcast FEED_SERVER_FAULT=metrics-miss-delivered
+timeout --kill-after=10 120 "$PY" clients/metrics_check.py --servers "127.0.0.1:$G" --clients 5 --messages 10 \
+    --timeout 30 --settle 3 >"$WORK/fault-metrics.log" 2>&1
+if [[ $? -eq 1 ]] && grep -q '^FAIL .*feed_delivered_total' "$WORK/fault-metrics.log"; then
+    passed=$((passed + 1)); echo "PASS metrics_check caught it: $(grep -m1 '^FAIL .*feed_delivered_total' "$WORK/fault-metrics.log")"
+else
+    failed=$((failed + 1)); echo "FAIL metrics_check missed a server whose metrics miss deliveries"; tail -25 "$WORK/fault-metrics.log"
+fi
+stop_server "$G"
 
 step "done in $(( $(date +%s) - started ))s"
 echo "$passed passed, $failed failed"
