@@ -50,6 +50,11 @@ failed=0
 started=$(date +%s)
 
 cleanup() {
+    # Only the script itself cleans up. A subshell (stop_server's killer) that
+    # is signalled before it has reset the inherited traps (on a loaded machine
+    # it may not have run at all yet) would otherwise run this too: stop every
+    # server, PostgreSQL, and remove $WORK in the middle of the run.
+    [[ $BASHPID == "$$" ]] || return 0
     # Servers hardening_check.py started, should it have been killed before stopping them.
     for file in "$WORK"/hardening/*.pid; do [[ -f $file ]] && PIDS+=("$(cat "$file")"); done
     for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null; done
@@ -119,7 +124,7 @@ start_server() {
 stop_server() {
     local pid=${SERVER_PID[$1]} status
     kill "$pid" 2>/dev/null
-    ( sleep 10; kill -9 "$pid" 2>/dev/null ) &
+    ( trap - EXIT INT TERM; sleep 10; kill -9 "$pid" 2>/dev/null ) &
     local killer=$!
     wait "$pid"; status=$?
     kill "$killer" 2>/dev/null; wait "$killer" 2>/dev/null
