@@ -18,6 +18,9 @@
 #     batch (every message, in order, in fewer flushes than messages), 50 clients
 #     and a slow one on both servers, then clients on 3 topics (isolation,
 #     listeningTopics, bad topics refused);
+#   - metrics_check.py: /metrics on both servers (Prometheus text format: names,
+#     types, the histogram's buckets) against /stats, around 10 clients per
+#     server and 20 messages;
 #   - browser_check.py: the live page in headless Chromium (installed if missing),
 #     its topic box too;
 #   - hardening_check.py: a hostile client (issue 26) against servers it starts
@@ -28,8 +31,9 @@
 #     frames and the actor-channel hub, where one slow client holds everyone
 #     back (feed-load), a server that never evicts a stalled `.bounded`
 #     client (lifecycle_check.py), one that puts every topic on `feed`
-#     (feed-load --topics and ws_check.py --only-topics), and one that leaves
-#     out a recovered message (feed-load --reconnect and ws_check.py --only-recovery).
+#     (feed-load --topics and ws_check.py --only-topics), one that leaves
+#     out a recovered message (feed-load --reconnect and ws_check.py
+#     --only-recovery), and one whose /metrics misses deliveries (metrics_check.py).
 # With --tsan, the servers are built with ThreadSanitizer (about 7 more
 # minutes of build) and any report stops them, which fails the checks.
 # Stops everything it started, by PID, even on failure. Every step has a time
@@ -53,6 +57,11 @@ failed=0
 started=$(date +%s)
 
 cleanup() {
+    # Only the script itself cleans up. A subshell (stop_server's killer) that
+    # is signalled before it has reset the inherited traps (on a loaded machine
+    # it may not have run at all yet) would otherwise run this too: stop every
+    # server, PostgreSQL, and remove $WORK in the middle of the run.
+    [[ $BASHPID == "$$" ]] || return 0
     # Servers hardening_check.py started, should it have been killed before stopping them.
     for file in "$WORK"/hardening/*.pid; do [[ -f $file ]] && PIDS+=("$(cat "$file")"); done
     for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null; done
@@ -122,7 +131,7 @@ start_server() {
 stop_server() {
     local pid=${SERVER_PID[$1]} status
     kill "$pid" 2>/dev/null
-    ( sleep 10; kill -9 "$pid" 2>/dev/null ) &
+    ( trap - EXIT INT TERM; sleep 10; kill -9 "$pid" 2>/dev/null ) &
     local killer=$!
     wait "$pid"; status=$?
     kill "$killer" 2>/dev/null; wait "$killer" 2>/dev/null
@@ -173,6 +182,9 @@ step "recovery: clients that leave mid-run come back with since= (feed-load --re
 run feed-load-reconnect 300 .build/debug/feed-load --servers "127.0.0.1:$A,127.0.0.1:$B" --connections 50 --slow 0% \
     --reconnect 20% --smoke
 run ws-recovery 180 "$PY" clients/ws_check.py --servers "127.0.0.1:$A,127.0.0.1:$B" --only-recovery --timeout 120
+
+step "metrics: /metrics against /stats on both servers"
+run metrics 120 "$PY" clients/metrics_check.py --servers "127.0.0.1:$A,127.0.0.1:$B" --clients 10 --messages 20 --timeout 60
 
 step "headless Chromium: the live page"
 if timeout 1500 bash clients/install-chromium.sh; then
@@ -258,6 +270,18 @@ if [[ $? -eq 1 ]] && grep -q "^FAIL recovery-missed-then-recovered" "$WORK/fault
     passed=$((passed + 1)); echo "PASS ws_check caught it: $(grep -m1 '^FAIL recovery-missed-then-recovered' "$WORK/fault-recovery-ws.log" | cut -c1-200)"
 else
     failed=$((failed + 1)); echo "FAIL ws_check missed a recovery that leaves out a message"; tail -25 "$WORK/fault-recovery-ws.log"
+fi
+stop_server "$G"
+
+step "deliberate fault: a server whose /metrics misses deliveries (metrics-miss-delivered)"
+G=$(free_port)
+start_server "$G" broadcast FEED_SERVER_FAULT=metrics-miss-delivered
+timeout --kill-after=10 120 "$PY" clients/metrics_check.py --servers "127.0.0.1:$G" --clients 5 --messages 10 \
+    --timeout 30 --settle 3 >"$WORK/fault-metrics.log" 2>&1
+if [[ $? -eq 1 ]] && grep -q '^FAIL .*feed_delivered_total' "$WORK/fault-metrics.log"; then
+    passed=$((passed + 1)); echo "PASS metrics_check caught it: $(grep -m1 '^FAIL .*feed_delivered_total' "$WORK/fault-metrics.log")"
+else
+    failed=$((failed + 1)); echo "FAIL metrics_check missed a server whose metrics miss deliveries"; tail -25 "$WORK/fault-metrics.log"
 fi
 stop_server "$G"
 

@@ -213,6 +213,11 @@ public struct FeedConnection<Hub: FeedHub>: Sendable {
                 if !frames.isEmpty {
                     try await writer.write(frames)
                     stats.add(.writes)
+                    for item in items {
+                        if case .event(.message(let message)) = item, message.seq > recovered {
+                            stats.observeFanOut(of: message)
+                        }
+                    }
                 }
                 if let end { progress.written.max(end) }
                 stats.add(.delivered, messages)

@@ -17,10 +17,13 @@ import Foundation
 ///
 /// `FEED_SERVER_FAULT=recovery-skips-one`: a client that comes back with
 /// `since` is sent what it missed but the first, and still told `recovered`.
+/// `FEED_SERVER_FAULT=metrics-miss-delivered`: `/stats` counts deliveries,
+/// `/metrics`' `feed_delivered_total` does not (the rest of the metrics move).
 public enum FaultInjection {
     public static let fault = ProcessInfo.processInfo.environment["FEED_SERVER_FAULT"] ?? ""
     public static let skipGapFrames = fault == "skip-gaps"
     public static let neverEvict = fault == "no-eviction"
     public static let topicCrosstalk = fault == "topic-crosstalk"
     public static let recoverySkipsOne = fault == "recovery-skips-one"
+    public static let metricsMissDelivered = fault == "metrics-miss-delivered"
 }

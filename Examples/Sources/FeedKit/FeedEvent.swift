@@ -35,6 +35,9 @@ public struct FeedMessage: Sendable {
     /// that is how the per-connection budget is measured without trusting a
     /// single reading of `bufferedCount`.
     public var end: Int = 0
+    /// When this process received the notification (``monotonicNanoseconds()``):
+    /// where `feed_fanout_latency_seconds` starts.
+    public let received: UInt64
 
     /// What holding this message costs: the frame's storage and a fixed
     /// allowance for the storage object, the event and its buffer slot.
@@ -53,6 +56,7 @@ public struct FeedMessage: Sendable {
         #"{"type":"message","seq":,"sent":,"body":""}"#.utf8.count + 20 + 20 + 2 * PublishBody.maximumBytes
 
     public init(seq: Int, payload: String, receivedAt now: Int64 = epochMilliseconds()) {
+        received = monotonicNanoseconds()  // first: decoding the payload's `sent` is part of the latency
         self.seq = seq
         self.sent = Self.publisherTimestamp(in: payload) ?? now
         self.frame = ByteBuffer(string: #"{"type":"message","seq":\#(seq),"sent":\#(sent),"body":\#(jsonString(payload))}"#)

@@ -2,7 +2,8 @@ import Foundation
 import Synchronization
 
 /// What `GET /stats` reports. Counters only: the connections update them
-/// with relaxed atomics, off every lock.
+/// with relaxed atomics, off every lock. With ``FeedMetrics``, every change
+/// goes to the metrics too (`GET /metrics`), from the same call.
 public final class ServerStats: Sendable {
     public let subscribers = Atomic<Int>(0)
     public let delivered = Atomic<Int>(0)
@@ -11,8 +12,12 @@ public final class ServerStats: Sendable {
     public let connectionsTotal = Atomic<Int>(0)
     /// Batches the pumps wrote, each with one flush: below `delivered` when batches held several.
     public let writes = Atomic<Int>(0)
+    /// Where the counters also go; nil: `/stats` only (`feed-server --no-metrics`).
+    public let metrics: FeedMetrics?
 
-    public init() {}
+    public init(metrics: FeedMetrics? = nil) {
+        self.metrics = metrics
+    }
 
     public enum Counter: Sendable { case subscribers, delivered, dropped, evicted, connectionsTotal, writes }
 
@@ -25,6 +30,22 @@ public final class ServerStats: Sendable {
         case .connectionsTotal: connectionsTotal.add(n, ordering: .relaxed)
         case .writes: writes.add(n, ordering: .relaxed)
         }
+        guard let metrics else { return }
+        switch counter {
+        case .subscribers: metrics.subscribers.increment(by: Double(n))
+        case .delivered: if !FaultInjection.metricsMissDelivered { metrics.delivered.increment(by: n) }
+        case .dropped: metrics.dropped.increment(by: n)
+        case .evicted: metrics.evicted.increment(by: n)
+        case .connectionsTotal: break
+        }
+    }
+
+    /// One observation of `feed_fanout_latency_seconds`: call it once a
+    /// connection's write of `message` has completed (beside `add(.delivered)`).
+    public func observeFanOut(of message: FeedMessage) {
+        guard let metrics else { return }
+        let now = monotonicNanoseconds()
+        metrics.fanOutLatency.recordNanoseconds(Int64(clamping: now &- min(now, message.received)))
     }
 
     /// The JSON body of `GET /stats`.

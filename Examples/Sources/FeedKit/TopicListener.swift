@@ -61,6 +61,12 @@ public final class TopicListener: Sendable {
         for await table in table where table.running == 0 { return }
     }
 
+    /// Returns once every LISTEN connection closed so far has finished
+    /// closing (after ``waitUntilStopped()``: then that is all of them).
+    public func closed() async {
+        await connection.closed()
+    }
+
     /// LISTENs on `topic` until the task is cancelled; `deliver` gets each
     /// event in order, one at a time. `onListening` runs each time LISTEN
     /// succeeds: first, and again after an outage.
@@ -138,6 +144,9 @@ actor SharedConnection {
     private var connecting: Task<PostgresConnection, any Error>?
     private var users = 0
     private var nextID = 0
+    /// Closes in flight: shutdown waits for them.
+    private var closing: [Int: Task<Void, Never>] = [:]
+    private var nextClose = 0
 
     init(target: PostgresTarget, logger: Logger) {
         self.target = target
@@ -196,7 +205,19 @@ actor SharedConnection {
     }
 
     private func close(_ connection: PostgresConnection) {
-        Task { try? await connection.close() }  // holds it until closed, as PostgresNIO requires
+        nextClose += 1
+        let id = nextClose
+        // Holds it until closed, as PostgresNIO requires.
+        closing[id] = Task {
+            try? await connection.close()
+            self.closeEnded(id)
+        }
+    }
+
+    private func closeEnded(_ id: Int) { closing[id] = nil }
+
+    func closed() async {
+        for task in Array(closing.values) { await task.value }
     }
 }
 

@@ -4,6 +4,8 @@ import Foundation
 import Hummingbird
 import HummingbirdWebSocket
 import Logging
+import Metrics
+import Prometheus
 
 @main
 struct FeedServer: AsyncParsableCommand {
@@ -12,7 +14,7 @@ struct FeedServer: AsyncParsableCommand {
         abstract: "A WebSocket fan-out of PostgreSQL NOTIFYs, one channel per topic.",
         discussion: """
         Routes: GET /feed?topic=NAME&policy=newest|oldest|bounded|unbounded&capacity=N (WebSocket), \
-        POST /publish?topic=NAME, GET /stats, GET / (a live page). Topics: [a-z0-9_-]{1,48}, default 'feed'.
+        POST /publish?topic=NAME, GET /stats, GET /metrics (Prometheus), GET / (a live page). Topics: [a-z0-9_-]{1,48}, default 'feed'.
         """)
 
     enum Hub: String, ExpressibleByArgument, CaseIterable {
@@ -56,6 +58,8 @@ struct FeedServer: AsyncParsableCommand {
     var historyMessages: Int = HistoryLimits.defaultMessages
     @Option(help: "Seconds a message stays recoverable (0: no history).")
     var historySeconds: Double = Double(HistoryLimits.defaultSeconds)
+    @Flag(inversion: .prefixedNo, help: "Serve GET /metrics (Prometheus text format); --no-metrics: no route, no metrics kept.")
+    var metrics = true
 
     func run() async throws {
         var logger = Logger(label: "feed-server")
@@ -88,15 +92,26 @@ struct FeedServer: AsyncParsableCommand {
             logger.warning("--max-connections \(connectionLimit) is close to the open-file limit \(files): accept may hit it (NIO then backs off)")
         }
         logger.info("limits: \(connectionLimit) connections (open files \(files)), queue \(queueBytes) bytes, capacity ≤ \(maxCapacity ?? ceiling)")
-        let settings = ServerSettings(
+        var settings = ServerSettings(
             host: host, port: port, sendBufferBytes: sendBufferBytes, target: target, logger: logger,
             feed: FeedLimits(queueBytes: queueBytes, maximumCapacity: maxCapacity),
             http: HTTPLimits(headerTimeout: .nanoseconds(Int64(headerTimeout * 1e9)), bodyTimeout: .nanoseconds(Int64(bodyTimeout * 1e9))),
             maxConnections: connectionLimit, publishConnections: publishConnections,
-            shutdownTimeout: .nanoseconds(Int64(shutdownTimeout * 1e9)))
+            shutdownTimeout: .nanoseconds(Int64(shutdownTimeout * 1e9)), metrics: nil)
+        var registry: PrometheusCollectorRegistry?
+        if metrics {
+            // Once per process, before anything creates a metric.
+            let prometheus = PrometheusCollectorRegistry()
+            var factory = PrometheusMetricsFactory(registry: prometheus)
+            factory.durationHistogramBuckets[FeedMetrics.Name.fanOutLatency] = FeedMetrics.fanOutBuckets
+            MetricsSystem.bootstrap(factory)
+            registry = prometheus
+        }
+        settings.metrics = registry
         logger.info("history: \(history.isEnabled ? "\(history.messages) messages or \(historySeconds) s per topic" : "off")")
         let listener = TopicListener(target: target, logger: logger, history: history)
-        let stats = ServerStats()
+        // After the bootstrap, so the metrics are Prometheus'.
+        let stats = ServerStats(metrics: registry == nil ? nil : FeedMetrics())
         switch hub {
         case .broadcast: try await serve(hub: BroadcastHub(listener: listener, limits: settings.feed, stats: stats), stats: stats, settings)
         case .lockStream: try await serve(hub: LockStreamHub(listener: listener), stats: stats, settings)

@@ -5,6 +5,7 @@ import HummingbirdWebSocket
 import Logging
 import NIOConcurrencyHelpers
 import NIOCore
+import Prometheus
 import ServiceLifecycle
 import Synchronization
 
@@ -19,6 +20,8 @@ struct ServerSettings: Sendable {
     var maxConnections: Int
     var publishConnections: Int
     var shutdownTimeout: Duration
+    /// The registry the process bootstrapped swift-metrics with; nil: `--no-metrics` (no `/metrics`).
+    var metrics: PrometheusCollectorRegistry?
 }
 
 /// The request context. Hummingbird's `WebSocketHandlerReference` is a box
@@ -107,6 +110,14 @@ func serve<Hub: FeedHub>(hub: Hub, stats: ServerStats, _ settings: ServerSetting
                              connections: registry.count),
                   contentType: "application/json")
     }
+    if let prometheus = settings.metrics {
+        router.get("/metrics") { _, _ in
+            stats.metrics?.setTopics(await hub.topicCount())
+            return Response(
+                status: .ok, headers: [.contentType: "text/plain; version=0.0.4; charset=utf-8"],
+                body: .init(byteBuffer: ByteBuffer(bytes: prometheus.emitToBuffer())))
+        }
+    }
     router.post("/publish") { request, _ -> Response in
         let topic: String
         do {
@@ -181,16 +192,20 @@ func serve<Hub: FeedHub>(hub: Hub, stats: ServerStats, _ settings: ServerSetting
     let drain = ShutdownDrain(
         hub: hub, publisher: publisher, live: live, registry: registry,
         timeout: settings.shutdownTimeout, logger: logger)
-    // SIGTERM: the drain goes first (the last service is shut down first),
-    // then Hummingbird's graceful shutdown. The server's life is the
-    // services'; the hub's own task (if any) is cancelled when they end.
+    // SIGTERM: the last service is shut down first, each once the one after
+    // it has returned: the drain (it needs both PostgreSQL clients), then
+    // Hummingbird's graceful shutdown, then the hub and its LISTEN
+    // connection, then the publish pool (Services.swift).
     let services = ServiceGroup(configuration: .init(
-        services: [.init(service: app), .init(service: drain)],
+        services: [
+            .init(service: PostgresPublisherService(publisher: publisher)),
+            .init(service: FeedHubService(hub: hub)),
+            .init(service: app),
+            .init(service: drain),
+        ],
         gracefulShutdownSignals: [.sigterm, .sigint],
         logger: logger))
     try await services.run()
-    await hub.shutdown()
-    await publisher.shutdown()
 }
 
 /// What SIGTERM does before Hummingbird closes the connections, and the bound on all of it.
