@@ -184,8 +184,13 @@ async def eviction(args, checks: Checks, run: str) -> None:
             request(args.server, "POST", "/publish", json.dumps({"run": run, "n": n, "pad": pad}))
         stopped = time.monotonic()
         evicted = before
+        # The feed goes on (a message every half second): the broadcast hub's
+        # library evicts at the send that finds the client full for 10 s.
+        n = 150
         while time.monotonic() - stopped < 20 and evicted <= before:
             await asyncio.sleep(0.5)
+            request(args.server, "POST", "/publish", json.dumps({"run": run, "n": n, "pad": pad}))
+            n += 1
             evicted = json.loads(request(args.server, "GET", "/stats")[1]).get("evicted", 0)
         took = time.monotonic() - started
         checks.check("a bounded client that stopped reading is evicted (10 s full, then /stats counts it)",

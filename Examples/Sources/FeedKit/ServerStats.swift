@@ -36,7 +36,7 @@ public final class ServerStats: Sendable {
         case .delivered: if !FaultInjection.metricsMissDelivered { metrics.delivered.increment(by: n) }
         case .dropped: metrics.dropped.increment(by: n)
         case .evicted: metrics.evicted.increment(by: n)
-        case .connectionsTotal: break
+        case .connectionsTotal, .writes: break
         }
     }
 
