@@ -116,7 +116,14 @@ public struct FeedConnection<Hub: FeedHub>: Sendable {
                 }
                 return .ended
             }
-            if !hub.evictsSlowClients {
+            if hub.evictsSlowClients {
+                // The library evicts at a send; this wakes the connection
+                // even while its pump is stuck writing to the client.
+                group.addTask {
+                    do { try await hub.waitUntilEvicted(subscription, topic: topic) } catch { return .ended }
+                    return .evicted(Self.evictionReason(query, limits: limits))
+                }
+            } else {
                 group.addTask {
                     await Self.watch(subscription, query: query, limits: limits, sequence: sequence,
                                      progress: progress, drops: drops)

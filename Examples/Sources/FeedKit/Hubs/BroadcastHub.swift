@@ -30,16 +30,20 @@ public final class BroadcastHub: FeedHub {
     public let listener: TopicListener
     public let topics: BroadcastTopics<String, FeedEvent, Never>
     public let limits: FeedLimits
+    /// Wakes a connection whose subscription a send evicted.
+    public let evictionNotices = EvictionNotices()
 
     public init(listener: TopicListener, limits: FeedLimits, stats: ServerStats) {
         self.listener = listener
         self.limits = limits
+        let notices = evictionNotices
         topics = BroadcastTopics(replay: 1, stopAfter: .seconds(5)) { topic, sink in
             // The topic's first subscriber arrived (or came back after a stop).
             let loop = Task {
                 await listener.listen(topic: topic, onListening: { sink.ready() }) { event in
                     let result = sink.send(event, replayable: event.isMessage)
                     if result.dropped > 0 { stats.add(.dropped, result.dropped) }
+                    if result.evicted > 0 { notices.evicted(topic: topic) }
                 }
             }
             // 5 s after the last subscriber left: cancelling the loop leaves
@@ -79,6 +83,10 @@ public final class BroadcastHub: FeedHub {
     public func topicCount() -> Int { topics.topicCount }
     public func subscriberCount(of topic: String) -> Int { topics.subscriberCount(of: topic) }
     public var evictsSlowClients: Bool { true }
+
+    public func waitUntilEvicted(_ subscription: Subscription, topic: String) async throws {
+        try await evictionNotices.wait(for: subscription, topic: topic)
+    }
 
     public func shutdown() async {
         // Finishing stops every topic's listener; the take-downs await their loops (UNLISTEN).

@@ -1,3 +1,5 @@
+import AsyncBroadcast
+
 /// One connection's view of a hub: the events in order, and how far behind it is.
 public protocol FeedSubscription: AsyncSequence, Sendable where Element == FeedEvent, Failure == Never {
     /// Elements this connection's policy dropped so far: a `gap` frame reports each increase.
@@ -64,10 +66,17 @@ public protocol FeedHub: Sendable {
     /// The hub itself counts drops and evicts slow clients (as each send
     /// finds them): the connection runs no watchdog.
     var evictsSlowClients: Bool { get }
+    /// Returns once the hub evicted `subscription` (only a hub that
+    /// ``evictsSlowClients``); throws `CancellationError` when cancelled first.
+    func waitUntilEvicted(_ subscription: Subscription, topic: String) async throws
 }
 
 extension FeedHub {
     public var evictsSlowClients: Bool { false }
+
+    public func waitUntilEvicted(_ subscription: Subscription, topic: String) async throws {
+        try await BroadcastPromise<Void, Never>().value  // never: the watchdog evicts
+    }
 
     /// Calls `body` with this process's connection count on `topic` when it
     /// changes, at most once a second, until the task is cancelled.
