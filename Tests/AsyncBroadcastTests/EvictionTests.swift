@@ -186,14 +186,18 @@ import AsyncBroadcastTestSupport
         let evicting = sequence.subscribe(bufferingPolicy: policy, eviction: .hardLimit(16))
         let keeper = sequence.subscribe(bufferingPolicy: .unbounded)
         let stopAt = 500
+        // Completed by the sender at the send that evicts (or when it is
+        // done): the stopped reader parks on it instead of spinning, so the
+        // cooperative pool stays free for the other tests.
+        let evictedOrDone = BroadcastPromise<Void, Never>()
         let reader = Task { () -> [Int] in
             var received: [Int] = []
             for await value in evicting.events {
                 guard case .element(let value) = value else { continue }
                 received.append(value)
                 if received.count == stopAt {
-                    // Stop reading until evicted (yielding: no sleep).
-                    while !evicting.isEvicted { await Task.yield() }
+                    // Stop reading until evicted.
+                    _ = try? await evictedOrDone.value
                 }
             }
             return received
@@ -202,7 +206,12 @@ import AsyncBroadcastTestSupport
         let count = 50_000
         let evictions = try await onThread("the sender") {
             var evictions = 0
-            for value in 0..<count { evictions += sequence.send(value).evicted }
+            for value in 0..<count {
+                let evicted = sequence.send(value).evicted
+                if evicted > 0 { evictedOrDone.succeed() }
+                evictions += evicted
+            }
+            evictedOrDone.succeed()
             sequence.finish()
             return evictions
         }

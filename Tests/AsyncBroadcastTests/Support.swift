@@ -580,6 +580,9 @@ final class ListenerLog: Sendable {
     var unregisters: Int { state.withLock { $0.events.filter { $0 == .unregister }.count } }
     /// Register/unregister calls that began while another was running.
     var overlaps: Int { state.withLock { $0.overlaps } }
+    /// No `record` body runs now: a register counted in `registers` has
+    /// also finished its body (stored its sink).
+    var isOutside: Bool { state.withLock { $0.inside == 0 } }
 
     /// Records `event` around `body` (user code the library runs).
     @discardableResult

@@ -218,8 +218,7 @@ public struct FeedConnection<Hub: FeedHub>: Sendable {
                     }
                 }
                 if !frames.isEmpty {
-                    try await writer.write(frames)
-                    stats.add(.writes)
+                    stats.add(.writes, try await writer.write(frames))
                     for item in items {
                         if case .event(.message(let message)) = item, message.seq > recovered {
                             stats.observeFanOut(of: message)
@@ -316,12 +315,15 @@ struct FrameSink: Sendable {
         }
     }
 
-    mutating func write(_ frames: [ByteBuffer]) async throws {
+    /// Writes `frames` in order and returns how many flushes that took.
+    @discardableResult
+    mutating func write(_ frames: [ByteBuffer]) async throws -> Int {
         if batch != nil {
             try await batch!.write(frames)
-        } else {
-            for frame in frames { try await outbound.write(.custom(WebSocketFrame(fin: true, opcode: .text, data: frame))) }
+            return 1
         }
+        for frame in frames { try await outbound.write(.custom(WebSocketFrame(fin: true, opcode: .text, data: frame))) }
+        return frames.count
     }
 }
 

@@ -58,6 +58,9 @@ struct FeedServer: AsyncParsableCommand {
     var historyMessages: Int = HistoryLimits.defaultMessages
     @Option(help: "Seconds a message stays recoverable (0: no history).")
     var historySeconds: Double = Double(HistoryLimits.defaultSeconds)
+    @Flag(help: "Write each batch of frames with one flush, below hummingbird-websocket's writer (experimental: see the README).")
+    var batchWrites = false
+
     @Flag(inversion: .prefixedNo, help: "Serve GET /metrics (Prometheus text format); --no-metrics: no route, no metrics kept.")
     var metrics = true
 
@@ -108,6 +111,7 @@ struct FeedServer: AsyncParsableCommand {
             registry = prometheus
         }
         settings.metrics = registry
+        settings.batchWrites = batchWrites
         logger.info("history: \(history.isEnabled ? "\(history.messages) messages or \(historySeconds) s per topic" : "off")")
         let listener = TopicListener(target: target, logger: logger, history: history)
         // After the bootstrap, so the metrics are Prometheus'.

@@ -22,6 +22,10 @@ struct ServerSettings: Sendable {
     var shutdownTimeout: Duration
     /// The registry the process bootstrapped swift-metrics with; nil: `--no-metrics` (no `/metrics`).
     var metrics: PrometheusCollectorRegistry?
+    /// `--batch-writes`: a batch's frames written with one flush, below
+    /// hummingbird-websocket's writer (``FeedFrameWriter``). Off by default:
+    /// see "The write path" in Examples/README.md.
+    var batchWrites = false
 }
 
 /// The request context. Hummingbird's `WebSocketHandlerReference` is a box
@@ -168,8 +172,9 @@ func serve<Hub: FeedHub>(hub: Hub, stats: ServerStats, _ settings: ServerSetting
         return .upgrade([:])
     } onUpgrade: { inbound, outbound, context in
         let channel = context.requestContext.slot.empty()
+        let batchChannel = settings.batchWrites ? channel : nil
         let query = try feedQuery(context.request, maximumCapacity: maximumCapacity)
-        try await connection.serve(query: query, inbound: inbound, outbound: outbound, channel: channel, logger: context.logger)
+        try await connection.serve(query: query, inbound: inbound, outbound: outbound, channel: batchChannel, logger: context.logger)
     }
     let wsConfiguration = WebSocketServerConfiguration(
         maxFrameSize: 1 << 16, closeTimeout: .seconds(3), validateUTF8: true)
