@@ -10,6 +10,8 @@
 #     eviction of a stalled `.bounded` client (close code 1013);
 #   - feed-load --smoke across two servers: 50 connections, without and with
 #     slow clients, then 50 on 10 topics (each gets its topic's messages only);
+#   - feed-server --batch-writes: a client that stops reading gets its batch in
+#     order, written in fewer flushes than messages (/stats writes);
 #   - recovery (issue 28): feed-load --reconnect (clients leave mid-run and come
 #     back with since=: every message exactly once, in order) and ws_check.py
 #     --only-recovery (the missed messages then `recovered`; resync for another
@@ -114,7 +116,8 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 # start_server PORT HUB [ENV=VALUE...]: starts a feed-server, waits until /stats answers.
 start_server() {
     local port=$1 hub=$2; shift 2
-    env "$@" "$SERVER" --port "$port" --postgres "$FEED_POSTGRES" --hub "$hub" \
+    # shellcheck disable=SC2086  # SERVER_ARGS: extra flags, split on spaces
+    env "$@" "$SERVER" --port "$port" --postgres "$FEED_POSTGRES" --hub "$hub" ${SERVER_ARGS:-} \
         >"$WORK/server-$port.log" 2>&1 &
     PIDS+=($!)
     SERVER_PID[$port]=$!
@@ -177,6 +180,13 @@ run feed-load-topics 300 .build/debug/feed-load --servers "127.0.0.1:$A,127.0.0.
 step "Python websockets clients: a batch in order, 50 and a slow one on both servers, then 3 topics"
 run ws-check 300 "$PY" clients/ws_check.py --servers "127.0.0.1:$A,127.0.0.1:$B" --clients 50 --messages 200 --slow 1 \
     --topics 3 --batch-messages 60 --timeout 120
+
+step "feed-server --batch-writes: a stopped client's batch in order, in fewer flushes than messages"
+G=$(free_port)
+SERVER_ARGS=--batch-writes start_server "$G" broadcast
+run batch-writes 120 "$PY" clients/ws_check.py --servers "127.0.0.1:$G" --clients 5 --messages 20 --slow 0 \
+    --batch-messages 60 --batch-flushes --timeout 60
+stop_server "$G"
 
 step "recovery: clients that leave mid-run come back with since= (feed-load --reconnect, ws_check.py --only-recovery)"
 run feed-load-reconnect 300 .build/debug/feed-load --servers "127.0.0.1:$A,127.0.0.1:$B" --connections 50 --slow 0% \
