@@ -80,9 +80,11 @@ public struct FeedConnection<Hub: FeedHub>: Sendable {
         stats.add(.connectionsTotal)
         let drops = DropCounter(stats: stats)
         let entry = live.insert(progress, sequence: sequence) { subscription.bufferedCount }
+        let hubCountsDrops = hub.evictsSlowClients
         defer {
             live.remove(entry)
-            drops.sync(subscription.droppedCount)
+            // A hub that evicts by itself counted every drop at its sends.
+            if !hubCountsDrops { drops.sync(subscription.droppedCount) }
             subscription.cancel()
             stats.add(.subscribers, -1)
         }
