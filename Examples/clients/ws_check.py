@@ -368,6 +368,7 @@ async def run(args: argparse.Namespace, checks: Checks) -> None:
             await open_or_fail(client, connect_errors, deadline)
 
     started = time.monotonic()
+    checked_drops = False
     try:
         await asyncio.gather(*(open_one(client) for client in clients))
         ready_in_time = await wait_all([c.ready for c in clients], deadline.left(30))
@@ -380,10 +381,12 @@ async def run(args: argparse.Namespace, checks: Checks) -> None:
         print(f"info: {len(clients)} clients ready in {time.monotonic() - started:.2f}s", flush=True)
 
         problems = []
+        dropped_before: dict[str, int] = {}
         for server in servers:
             ours = sum(1 for c in clients if c.server == server and c.ws is not None and c.error is None)
             try:
                 stats = await get_stats(server, deadline)
+                dropped_before[server] = stats["dropped"]
                 if stats["subscribers"] < ours:
                     problems.append(f"{server} reports {stats['subscribers']} subscribers, {ours} of ours are open")
             except Exception as error:  # noqa: BLE001
@@ -546,8 +549,39 @@ async def run(args: argparse.Namespace, checks: Checks) -> None:
                 # A slow client must not hold the others back (a hub that waits for each client would).
                 checks.check("fast-latency", p99 <= args.max_p99_ms,
                              f"fast clients' p99 end-to-end latency {p99:.0f} ms is above {args.max_p99_ms:g} ms")
+        # Before the close below, which ends every read loop with an error.
+        checked_drops = not any(c.error for c in clients)
     finally:
         await asyncio.gather(*(client.close() for client in clients), return_exceptions=True)
+    if checked_drops:
+        await check_dropped_exact(servers, clients, dropped_before, checks, deadline)
+    else:
+        checks.skip("stats-dropped-exact", "a client failed above")
+
+
+async def check_dropped_exact(servers: list[str], clients: list["Client"], dropped_before: dict[str, int],
+                              checks: Checks, deadline: Deadline) -> None:
+    """Each drop is counted once in /stats: every client read up to the last message, so its last
+    gap frame holds all it lost, and the servers' `dropped` must grow by exactly the sum of those
+    (a hub that counts a drop at the send and again at the close shows twice as many)."""
+    if set(dropped_before) != set(servers):
+        checks.skip("stats-dropped-exact", "a server's /stats failed above")
+        return
+    told = sum(c.gaps[-1] for c in clients if c.gaps and isinstance(c.gaps[-1], int))
+    counted = None
+    settle = Deadline(min(10.0, deadline.left()))
+    while True:  # a hand-written hub adds a connection's drops when it closes, just after the client left
+        try:
+            counted = sum([(await get_stats(s, deadline))["dropped"] - dropped_before[s] for s in servers])
+        except Exception as error:  # noqa: BLE001
+            checks.check("stats-dropped-exact", False, f"GET /stats: {type(error).__name__}: {error}")
+            return
+        if counted == told or settle.left() <= 0:
+            break
+        await asyncio.sleep(0.1)
+    print(f"info: the clients' last gap frames told of {told} drops; /stats counted {counted}", flush=True)
+    checks.check("stats-dropped-exact", counted == told,
+                 f"the servers' /stats dropped grew by {counted}, the clients' gap frames told of {told}")
 
 
 def raw_request(server: str, request: bytes, timeout: float) -> tuple[int, dict[str, str], bytes]:

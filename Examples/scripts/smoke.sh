@@ -29,13 +29,15 @@
 #     itself: concurrent first publishes, bad bodies, 21 clients that never read,
 #     40,000 connections opened and closed, SIGTERM with a client that ignores
 #     the close, timeouts and the connection cap, malformed HTTP, RFC 6455 errors;
-#   - five deliberate faults that must be caught: a server that skips `gap`
+#   - seven deliberate faults that must be caught: a server that skips `gap`
 #     frames and the actor-channel hub, where one slow client holds everyone
 #     back (feed-load), a server that never evicts a stalled `.bounded`
 #     client (lifecycle_check.py), one that puts every topic on `feed`
 #     (feed-load --topics and ws_check.py --only-topics), one that leaves
 #     out a recovered message (feed-load --reconnect and ws_check.py
-#     --only-recovery), and one whose /metrics misses deliveries (metrics_check.py).
+#     --only-recovery), one whose /metrics misses deliveries (metrics_check.py),
+#     and one that counts a connection's drops twice in /stats (ws_check.py's
+#     stats-dropped-exact: the clients' last gap frames against /stats).
 # With --tsan, the servers are built with ThreadSanitizer (about 7 more
 # minutes of build) and any report stops them, which fails the checks.
 # Stops everything it started, by PID, even on failure. Every step has a time
@@ -210,89 +212,72 @@ HARDENING=(--binary "$SERVER" --postgres "$FEED_POSTGRES" --logs "$WORK/hardenin
 [[ $TSAN -eq 1 ]] && HARDENING+=(--tsan --messages 1000 --cycles 2000)
 run hardening 900 "$PY" clients/hardening_check.py "${HARDENING[@]}"
 
-# A checker is only as good as the faults it catches: each of these must make feed-load fail.
+# A checker is only as good as the faults it catches: each of these must make its checker fail.
+# caught LOG SECONDS PATTERN CHECKER WHAT command...: the command must exit 1 with a line
+# matching PATTERN (a FAIL of the check meant to catch the fault), else the fault was missed.
+caught() {
+    local log=$WORK/$1.log seconds=$2 pattern=$3 checker=$4 what=$5; shift 5
+    timeout --kill-after=10 "$seconds" "$@" >"$log" 2>&1
+    if [[ $? -eq 1 ]] && grep -q "$pattern" "$log"; then
+        passed=$((passed + 1)); echo "PASS $checker caught it: $(grep -m1 "$pattern" "$log" | cut -c1-200)"
+    else
+        failed=$((failed + 1)); echo "FAIL $checker missed $what"; tail -25 "$log"
+    fi
+}
+
 step "deliberate fault: a server that never sends gap frames"
 C=$(free_port)
 start_server "$C" broadcast FEED_SERVER_FAULT=skip-gaps
-timeout --kill-after=10 300 .build/debug/feed-load --servers "127.0.0.1:$C" --connections 20 --slow 10% --smoke >"$WORK/fault-gaps.log" 2>&1
-if [[ $? -eq 1 ]] && grep -q '^FAIL .*every slow client saw a gap' "$WORK/fault-gaps.log"; then
-    passed=$((passed + 1)); echo "PASS feed-load caught it: $(grep -m1 '^FAIL' "$WORK/fault-gaps.log")"
-else
-    failed=$((failed + 1)); echo "FAIL feed-load missed a server that skips gap frames"; tail -25 "$WORK/fault-gaps.log"
-fi
+caught fault-gaps 300 '^FAIL .*every slow client saw a gap' feed-load "a server that skips gap frames" \
+    .build/debug/feed-load --servers "127.0.0.1:$C" --connections 20 --slow 10% --smoke
 stop_server "$C"
 
 step "deliberate fault: a hub where one slow client holds everyone back (actor-channel)"
 D=$(free_port)
 start_server "$D" actor-channel
-timeout --kill-after=10 300 .build/debug/feed-load --servers "127.0.0.1:$D" --connections 20 --slow 10% --smoke --hub actor-channel >"$WORK/fault-hol.log" 2>&1
-if [[ $? -eq 1 ]] && grep -q "^FAIL .*p99 within 2x" "$WORK/fault-hol.log"; then
-    passed=$((passed + 1)); echo "PASS feed-load caught it: $(grep "^FAIL .*p99 within 2x" "$WORK/fault-hol.log")"
-else
-    failed=$((failed + 1)); echo "FAIL feed-load missed head-of-line blocking"; tail -25 "$WORK/fault-hol.log"
-fi
+caught fault-hol 300 '^FAIL .*p99 within 2x' feed-load "head-of-line blocking" \
+    .build/debug/feed-load --servers "127.0.0.1:$D" --connections 20 --slow 10% --smoke --hub actor-channel
 stop_server "$D"
 
 step "deliberate fault: a server that never evicts a stalled bounded client"
 E=$(free_port)
 start_server "$E" broadcast FEED_SERVER_FAULT=no-eviction
-timeout --kill-after=10 120 "$PY" clients/lifecycle_check.py --only-eviction --server "127.0.0.1:$E" \
-    --postgres "$FEED_POSTGRES" --pause scripts/pg-pause.sh >"$WORK/fault-evict.log" 2>&1
-if [[ $? -eq 1 ]] && grep -q '^FAIL .*is evicted' "$WORK/fault-evict.log"; then
-    passed=$((passed + 1)); echo "PASS lifecycle_check caught it: $(grep -m1 '^FAIL' "$WORK/fault-evict.log")"
-else
-    failed=$((failed + 1)); echo "FAIL lifecycle_check missed a server that never evicts"; tail -25 "$WORK/fault-evict.log"
-fi
+caught fault-evict 120 '^FAIL .*is evicted' lifecycle_check "a server that never evicts" \
+    "$PY" clients/lifecycle_check.py --only-eviction --server "127.0.0.1:$E" \
+    --postgres "$FEED_POSTGRES" --pause scripts/pg-pause.sh
 stop_server "$E"
 
 step "deliberate fault: a server that puts every topic on feed (topic-crosstalk)"
 F=$(free_port)
 start_server "$F" broadcast FEED_SERVER_FAULT=topic-crosstalk
-timeout --kill-after=10 300 .build/debug/feed-load --servers "127.0.0.1:$F" --connections 20 --topics 4 --slow 0% --smoke \
-    >"$WORK/fault-topics.log" 2>&1
-if [[ $? -eq 1 ]] && grep -q "^FAIL .*no client got another topic's message" "$WORK/fault-topics.log"; then
-    passed=$((passed + 1)); echo "PASS feed-load caught it: $(grep -m1 "^FAIL .*no client got another topic's message" "$WORK/fault-topics.log")"
-else
-    failed=$((failed + 1)); echo "FAIL feed-load missed a server that mixes topics"; tail -25 "$WORK/fault-topics.log"
-fi
-timeout --kill-after=10 120 "$PY" clients/ws_check.py --servers "127.0.0.1:$F" --only-topics --topics 3 --timeout 60 \
-    >"$WORK/fault-topics-ws.log" 2>&1
-if [[ $? -eq 1 ]] && grep -q "^FAIL topic-isolation" "$WORK/fault-topics-ws.log"; then
-    passed=$((passed + 1)); echo "PASS ws_check caught it: $(grep -m1 '^FAIL topic-isolation' "$WORK/fault-topics-ws.log")"
-else
-    failed=$((failed + 1)); echo "FAIL ws_check missed a server that mixes topics"; tail -25 "$WORK/fault-topics-ws.log"
-fi
+caught fault-topics 300 "^FAIL .*no client got another topic's message" feed-load "a server that mixes topics" \
+    .build/debug/feed-load --servers "127.0.0.1:$F" --connections 20 --topics 4 --slow 0% --smoke
+caught fault-topics-ws 120 '^FAIL topic-isolation' ws_check "a server that mixes topics" \
+    "$PY" clients/ws_check.py --servers "127.0.0.1:$F" --only-topics --topics 3 --timeout 60
 stop_server "$F"
 
 step "deliberate fault: a server whose recovery leaves out a message (recovery-skips-one)"
 G=$(free_port)
 start_server "$G" broadcast FEED_SERVER_FAULT=recovery-skips-one
-timeout --kill-after=10 300 .build/debug/feed-load --servers "127.0.0.1:$G" --connections 20 --slow 0% --reconnect 50% --smoke \
-    >"$WORK/fault-recovery.log" 2>&1
-if [[ $? -eq 1 ]] && grep -q "^FAIL .*every reconnecting client got every message exactly once" "$WORK/fault-recovery.log"; then
-    passed=$((passed + 1)); echo "PASS feed-load caught it: $(grep -m1 "^FAIL .*exactly once" "$WORK/fault-recovery.log" | cut -c1-200)"
-else
-    failed=$((failed + 1)); echo "FAIL feed-load missed a recovery that leaves out a message"; tail -25 "$WORK/fault-recovery.log"
-fi
-timeout --kill-after=10 120 "$PY" clients/ws_check.py --servers "127.0.0.1:$G" --only-recovery --history-messages 0 --timeout 60 \
-    >"$WORK/fault-recovery-ws.log" 2>&1
-if [[ $? -eq 1 ]] && grep -q "^FAIL recovery-missed-then-recovered" "$WORK/fault-recovery-ws.log"; then
-    passed=$((passed + 1)); echo "PASS ws_check caught it: $(grep -m1 '^FAIL recovery-missed-then-recovered' "$WORK/fault-recovery-ws.log" | cut -c1-200)"
-else
-    failed=$((failed + 1)); echo "FAIL ws_check missed a recovery that leaves out a message"; tail -25 "$WORK/fault-recovery-ws.log"
-fi
+caught fault-recovery 300 '^FAIL .*every reconnecting client got every message exactly once' feed-load \
+    "a recovery that leaves out a message" \
+    .build/debug/feed-load --servers "127.0.0.1:$G" --connections 20 --slow 0% --reconnect 50% --smoke
+caught fault-recovery-ws 120 '^FAIL recovery-missed-then-recovered' ws_check "a recovery that leaves out a message" \
+    "$PY" clients/ws_check.py --servers "127.0.0.1:$G" --only-recovery --history-messages 0 --timeout 60
 stop_server "$G"
 
 step "deliberate fault: a server whose /metrics misses deliveries (metrics-miss-delivered)"
 G=$(free_port)
 start_server "$G" broadcast FEED_SERVER_FAULT=metrics-miss-delivered
-timeout --kill-after=10 120 "$PY" clients/metrics_check.py --servers "127.0.0.1:$G" --clients 5 --messages 10 \
-    --timeout 30 --settle 3 >"$WORK/fault-metrics.log" 2>&1
-if [[ $? -eq 1 ]] && grep -q '^FAIL .*feed_delivered_total' "$WORK/fault-metrics.log"; then
-    passed=$((passed + 1)); echo "PASS metrics_check caught it: $(grep -m1 '^FAIL .*feed_delivered_total' "$WORK/fault-metrics.log")"
-else
-    failed=$((failed + 1)); echo "FAIL metrics_check missed a server whose metrics miss deliveries"; tail -25 "$WORK/fault-metrics.log"
-fi
+caught fault-metrics 120 '^FAIL .*feed_delivered_total' metrics_check "a server whose metrics miss deliveries" \
+    "$PY" clients/metrics_check.py --servers "127.0.0.1:$G" --clients 5 --messages 10 --timeout 30 --settle 3
+stop_server "$G"
+
+step "deliberate fault: a server that counts a connection's drops twice (count-drops-twice)"
+G=$(free_port)
+start_server "$G" broadcast FEED_SERVER_FAULT=count-drops-twice
+caught fault-drops 120 '^FAIL stats-dropped-exact' ws_check "a server that counts drops twice" \
+    "$PY" clients/ws_check.py --servers "127.0.0.1:$G" --clients 5 --messages 200 --slow 1 --timeout 60
 stop_server "$G"
 
 step "done in $(( $(date +%s) - started ))s"

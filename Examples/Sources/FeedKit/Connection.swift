@@ -84,7 +84,7 @@ public struct FeedConnection<Hub: FeedHub>: Sendable {
         defer {
             live.remove(entry)
             // A hub that evicts by itself counted every drop at its sends.
-            if !hubCountsDrops { drops.sync(subscription.droppedCount) }
+            if !hubCountsDrops || FaultInjection.countDropsTwice { drops.sync(subscription.droppedCount) }
             subscription.cancel()
             stats.add(.subscribers, -1)
         }

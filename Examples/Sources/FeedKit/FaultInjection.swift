@@ -19,6 +19,10 @@ import Foundation
 /// `since` is sent what it missed but the first, and still told `recovered`.
 /// `FEED_SERVER_FAULT=metrics-miss-delivered`: `/stats` counts deliveries,
 /// `/metrics`' `feed_delivered_total` does not (the rest of the metrics move).
+///
+/// `FEED_SERVER_FAULT=count-drops-twice`: a broadcast connection's drops,
+/// already counted at each send, are added to `/stats` again when it closes
+/// (the bug 3a371de fixed).
 public enum FaultInjection {
     public static let fault = ProcessInfo.processInfo.environment["FEED_SERVER_FAULT"] ?? ""
     public static let skipGapFrames = fault == "skip-gaps"
@@ -26,4 +30,5 @@ public enum FaultInjection {
     public static let topicCrosstalk = fault == "topic-crosstalk"
     public static let recoverySkipsOne = fault == "recovery-skips-one"
     public static let metricsMissDelivered = fault == "metrics-miss-delivered"
+    public static let countDropsTwice = fault == "count-drops-twice"
 }
