@@ -17,7 +17,8 @@
 #   SCRATCH=.build-release bash Examples/scripts/compare.sh --cost [--rounds 3] [--seconds 10] \
 #       [--builds before=/tmp/old-release,after=.build-release/release] [--out results/FILE.md]
 #
-# --builds NAME=DIR,...: feed-server binaries to compare (DIR holds feed-server);
+# --builds NAME=DIR[:FLAGS],...: feed-server binaries to compare (DIR holds feed-server;
+# FLAGS, e.g. `:--batch-writes`, are added to its command line);
 # default: this tree's build only. feed-load is this tree's ($SCRATCH/release, or
 # FEED_LOAD=PATH); --no-build skips building this tree. Records
 # `uptime` with every run; the table gives each run, then per build and hub the
@@ -66,7 +67,7 @@ cleanup() {
     rm -rf "$WORK"
 }
 trap cleanup EXIT
-ulimit -n 65536 2>/dev/null || true
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true  # every connection is a file, in feed-load too
 
 if [[ $NO_BUILD == 0 ]]; then
     swift build -c release --scratch-path "$SCRATCH" >"$WORK/build.log" 2>&1 || { tail -30 "$WORK/build.log"; exit 1; }
@@ -78,10 +79,11 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 
 DATE=$(date -u +%Y-%m-%d)
 
-start_servers() {  # BINARY_DIR HUB: two servers on free ports, sets A, B, PIDS
+start_servers() {  # BINARY_DIR HUB [FLAGS]: two servers on free ports, sets A, B, PIDS
     A=$(free_port); B=$(free_port)
     for port in $A $B; do
-        "$1"/feed-server --port "$port" --postgres "$FEED_POSTGRES" --hub "$2" --log-level warning >"$WORK/server-$port.log" 2>&1 &
+        # shellcheck disable=SC2086  # FLAGS: extra server flags, split on spaces
+        "$1"/feed-server --port "$port" --postgres "$FEED_POSTGRES" --hub "$2" --log-level warning ${3:-} >"$WORK/server-$port.log" 2>&1 &
         PIDS+=($!)
     done
     for port in $A $B; do
@@ -103,8 +105,9 @@ if [[ $COST == 1 ]]; then
     for round in $(seq "$ROUNDS"); do
         for build in "${builds[@]}"; do
             for hub in "${hubs[@]}"; do
-                name=${build%%=*}; dir=${build#*=}
-                start_servers "$dir" "$hub"
+                name=${build%%=*}; dir=${build#*=}; flags=
+                [[ $dir == *:* ]] && { flags=${dir#*:}; dir=${dir%%:*}; }
+                start_servers "$dir" "$hub" "$flags"
                 load=$(uptime | sed 's/.*load average: //')
                 timeout 1800 "$FEED_LOAD" --servers "127.0.0.1:$A,127.0.0.1:$B" --connections "$CONNECTIONS" \
                     --rate "$RATE" --seconds "$SECONDS_PER_RUN" --slow 0% --hub "$hub" >"$WORK/cost.log" 2>&1
@@ -125,7 +128,7 @@ for line in open(runs):
     rnd, build, hub, at, load, text, summary = line.rstrip('\n').split('\t')
     num = lambda key: float(m.group(1)) if (m := re.search(key + r' ([0-9.]+)', text)) else float('nan')
     rows.append(dict(round=rnd, build=build, hub=hub, at=at, load=load, pub=num('published/s'), dlv=num('delivered/s'),
-                     p50=num('p50'), p99=num('p99'), cpu=num(r'CPU'), per=num(r'CPU/100k'), summary=summary))
+                     p50=num('p50'), p99=num('p99'), mem=num('mem/conn'), cpu=num(r'CPU'), per=num(r'CPU/100k'), summary=summary))
     r = rows[-1]
     if r['per'] != r['per'] and summary.endswith(' 0 failed'):
         # A feed-load without CPU/100k: with every check passed, every client got every message.
@@ -136,10 +139,10 @@ w.write(f"Taken by `compare.sh --cost` at commit {commit}: builds {builds}; two 
         f"loopback, feed-load (this tree's) with {conns} fast clients (`policy=newest&capacity=250`), {rate} messages/s for {secs} s, no slow\n"
         f"client; CPU: both servers' user+system seconds from all connected to all delivered (`/stats` cpuSeconds), per 100,000\n"
         f"messages the clients received. {cores} cores, {kernel}; every build and hub once per round, in that order.\n\n")
-w.write("| round | build | hub | at (UTC) | load (1, 5, 15 min) | published/s | delivered/s | p50 ms | p99 ms | server CPU s | CPU s/100k | checks |\n")
-w.write("|---:|---|---|---|---|---:|---:|---:|---:|---:|---:|---|\n")
+w.write("| round | build | hub | at (UTC) | load (1, 5, 15 min) | published/s | delivered/s | p50 ms | p99 ms | mem/conn KB | server CPU s | CPU s/100k | checks |\n")
+w.write("|---:|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|\n")
 for r in rows:
-    w.write(f"| {r['round']} | {r['build']} | {r['hub']} | {r['at']} | {r['load']} | {r['pub']:.0f} | {r['dlv']:.0f} | {r['p50']:.2f} | {r['p99']:.2f} | {r['cpu']:.2f} | {r['per']:.3f} | {r['summary']} |\n")
+    w.write(f"| {r['round']} | {r['build']} | {r['hub']} | {r['at']} | {r['load']} | {r['pub']:.0f} | {r['dlv']:.0f} | {r['p50']:.2f} | {r['p99']:.2f} | {r['mem']:.1f} | {r['cpu']:.2f} | {r['per']:.3f} | {r['summary']} |\n")
 med = {}
 for r in rows: med.setdefault((r['build'], r['hub']), []).append(r)
 first = rows[0]['build'] if rows else ''
