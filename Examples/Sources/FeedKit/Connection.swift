@@ -149,7 +149,7 @@ public struct FeedConnection<Hub: FeedHub>: Sendable {
             // waited for beyond 5 s; returning closes the channel.
             let closed = BroadcastPromise<Void, Never>()
             let closing = Task {
-                try? await outbound.close(Self.closeCodeEvicted, reason: reason)
+                try? await writer.close(Self.closeCodeEvicted, reason: reason)
                 closed.succeed()
             }
             await withTaskGroup(of: Void.self) { group in
@@ -314,6 +314,16 @@ struct FrameSink: Sendable {
             // The channel closed before the pipeline could take the gate.
             logger.debug("frame-by-frame writes: \(error)")
             batch = nil
+        }
+    }
+
+    /// Sends a close frame behind everything written so far; with the batch
+    /// writer, returns once it is in the socket (``FeedFrameWriter/close(code:reason:)``).
+    func close(_ code: WebSocketErrorCode, reason: String) async throws {
+        if let batch {
+            try await batch.close(code: code, reason: reason)
+        } else {
+            try await outbound.close(code, reason: reason)
         }
     }
 

@@ -79,6 +79,30 @@ public struct FeedFrameWriter: Sendable {
         issued += 1
         previous = promise.futureResult
     }
+
+    /// Writes a close frame behind every batch handed over so far and
+    /// returns once it is in the socket (or throws if the connection closed
+    /// first, or `CancellationError` when the task is cancelled).
+    ///
+    /// hummingbird-websocket's own close cannot be awaited that far: its
+    /// writer hands the frame to NIO and returns while our batches still
+    /// hold the socket, and its close handshake then ends at once (the
+    /// connection's reader is gone), closing the channel with the close
+    /// frame still queued. A slow client that read again got its backlog and
+    /// no close frame. Once this frame is out, the gate refuses
+    /// hummingbird-websocket's.
+    public func close(code: WebSocketErrorCode, reason: String) async throws {
+        var data = channel.allocator.buffer(capacity: 2 + reason.utf8.count)
+        data.write(webSocketErrorCode: code)
+        data.writeString(reason)
+        let frame = WebSocketFrame(fin: true, opcode: .connectionClose, data: data)
+        let promise = channel.eventLoop.makePromise(of: Void.self)
+        let gate = self.gate
+        channel.eventLoop.execute {
+            gate.value.writeClose(frame, promise: promise)
+        }
+        try await WriteWait.wait(for: promise.futureResult)
+    }
 }
 
 /// Sits before NIO's WebSocket frame encoder: writes our batches, and
@@ -101,6 +125,15 @@ final class CloseGate: ChannelOutboundHandler, RemovableChannelHandler {
         }
         if frame.opcode == .connectionClose { closeSent = true }
         context.write(data, promise: promise)
+    }
+
+    func writeClose(_ frame: WebSocketFrame, promise: EventLoopPromise<Void>) {
+        guard let context, !closeSent else {
+            promise.fail(ChannelError.outputClosed)
+            return
+        }
+        closeSent = true
+        context.writeAndFlush(wrapOutboundOut(frame), promise: promise)
     }
 
     func write(_ frames: [ByteBuffer], promise: EventLoopPromise<Void>) {
