@@ -46,6 +46,15 @@ expectations=(
     "topics-negative-replay|AsyncBroadcast misuse: replay must not be negative (got -3)"
     "topics-bounded-zero-subscribe|AsyncBroadcast misuse: subscribe(to:bufferingPolicy:)|.bounded|at least 1"
     "batch-limit-zero|AsyncBroadcast misuse: next(upTo:into:) needs a limit of at least 1 (got 0)"
+    "events-then-next|AsyncBroadcast misuse: concurrent next() calls on one Subscription"
+    "events-batch-limit-zero|AsyncBroadcast misuse: next(upTo:into:) needs a limit of at least 1 (got 0)"
+    "eviction-hard-zero|AsyncBroadcast misuse: hardLimit(_:) needs at least 1 unread element (got 0)"
+    "eviction-soft-zero|AsyncBroadcast misuse: softLimit(_:for:) needs at least 1 unread element (got 0)"
+    "eviction-limits-hard-zero|AsyncBroadcast misuse: limits(hard:soft:for:) needs a hard limit of at least 1 (got 0)"
+    "eviction-limits-soft-zero|AsyncBroadcast misuse: limits(hard:soft:for:) needs a soft limit of at least 1 (got -1)"
+    "eviction-negative-duration|AsyncBroadcast misuse: softLimit(_:for:) needs a duration of at least zero"
+    "listen-negative-replay|AsyncBroadcast misuse: replay must not be negative (got -4)"
+    "topics-listen-negative-stop-after|AsyncBroadcast misuse: |whileSubscribed(stopAfter:) must not be negative"
 )
 
 passed=0

@@ -12,6 +12,9 @@ let cases = [
     "value-update-reentered", "value-equality-reentered", "value-concurrent-next",
     "register-negative-replay", "upstream-negative-replay", "negative-stop-after",
     "topics-negative-replay", "topics-bounded-zero-subscribe", "batch-limit-zero",
+    "events-then-next", "events-batch-limit-zero", "eviction-hard-zero", "eviction-soft-zero",
+    "eviction-limits-hard-zero", "eviction-limits-soft-zero", "eviction-negative-duration",
+    "listen-negative-replay", "topics-listen-negative-stop-after",
 ]
 
 /// An `Equatable` value whose `==` reads the `BroadcastValue` it lives in.
@@ -101,6 +104,31 @@ func concurrentNext() async {
     use(sequence)
 }
 
+/// The events view and the plain iterator in `next()` on one subscription
+/// at once: the events reader is parked first (seen through
+/// `isConsumerWaiting`), then a plain `next()` comes from another task.
+func eventsThenNext() async {
+    let sequence = BroadcastSequence(of: Int.self)
+    let subscription = sequence.subscribe()
+    let first = Task.detached {
+        var events = subscription.events.makeAsyncIterator()
+        return await events.next()
+    }
+    let deadline = Date().addingTimeInterval(20)
+    while !subscription.isConsumerWaiting {
+        if Date() > deadline { fail("events-then-next: the events reader never parked", status: 3) }
+        await Task.yield()
+    }
+    let second = Task.detached {
+        var iterator = subscription.makeAsyncIterator()
+        return await iterator.next()
+    }
+    _ = await second.value  // must trap before returning
+    sequence.finish()
+    _ = await first.value
+    use(sequence)
+}
+
 let arguments = CommandLine.arguments.dropFirst()
 guard arguments.count == 1, let name = arguments.first, cases.contains(name) else {
     fail("usage: misuse-probe CASE, CASE one of: \(cases.joined(separator: " "))", status: 2)
@@ -130,6 +158,18 @@ case "none":
     var fromUpstream = shared.makeAsyncIterator()
     guard await fromUpstream.next() == 3, await fromUpstream.next() == nil else { fail("none: the upstream did not deliver 3, then nil", status: 1) }
     use(registered)
+    // The events view's batch read and the eviction limits at their smallest.
+    let evented = BroadcastSequence(of: Int.self)
+    let watched = evented.subscribe(eviction: .limits(hard: 1, soft: 1, for: .zero))
+    use(BroadcastEviction.hardLimit(1))
+    use(BroadcastEviction.softLimit(1, for: .zero))
+    evented.send(4)
+    evented.finish()
+    var events = watched.events.makeAsyncIterator()
+    var batch: [BroadcastEvent<Int>] = []
+    guard await events.next(upTo: 1, into: &batch) == 1, batch == [.element(4)] else { fail("none: the events batch was not [4]", status: 1) }
+    use(BroadcastSequence<Int, Never>(replay: 0, listen: { _ in { } }))
+    use(BroadcastTopics<String, Int, Never>(stopAfter: .zero, listen: { _, _ in { } }))
     print("misuse-probe: none: ok")
     exit(0)
 case "negative-replay":
@@ -168,6 +208,27 @@ case "batch-limit-zero":
     var iterator = sequence.subscribe().makeAsyncIterator()
     var batch: [Int] = []
     use(await iterator.next(upTo: 0, into: &batch))
+case "events-then-next":
+    await eventsThenNext()
+case "events-batch-limit-zero":
+    let sequence = BroadcastSequence<Int, Never>()
+    var events = sequence.subscribe().events.makeAsyncIterator()
+    var batch: [BroadcastEvent<Int>] = []
+    use(await events.next(upTo: 0, into: &batch))
+case "eviction-hard-zero":
+    use(BroadcastSequence(of: Int.self).subscribe(eviction: .hardLimit(0)))
+case "eviction-soft-zero":
+    use(BroadcastSequence(of: Int.self).subscribe(eviction: .softLimit(0, for: .seconds(1))))
+case "eviction-limits-hard-zero":
+    use(BroadcastEviction.limits(hard: 0, soft: 1, for: .seconds(1)))
+case "eviction-limits-soft-zero":
+    use(BroadcastEviction.limits(hard: 1, soft: -1, for: .seconds(1)))
+case "eviction-negative-duration":
+    use(BroadcastEviction.softLimit(1, for: .milliseconds(-5)))
+case "listen-negative-replay":
+    use(BroadcastSequence<Int, Never>(replay: -4, listen: { _ in { } }))
+case "topics-listen-negative-stop-after":
+    use(BroadcastTopics<String, Int, Never>(stopAfter: .seconds(-1), listen: { _, _ in { } }))
 default:
     fail("unknown case \(name)", status: 2)
 }
