@@ -33,23 +33,29 @@ func valueConcurrentNext() async {
     let subscription = value.subscribe()
     var primer = subscription.makeAsyncIterator()
     guard await primer.next() == 0 else { fail("value-concurrent-next: no initial value", status: 1) }
-    let first = Task.detached {
-        var iterator = subscription.makeAsyncIterator()
-        return await iterator.next()
-    }
+    await secondConsumerTraps("value-concurrent-next", isParked: { subscription.isConsumerWaiting },
+                              first: { var iterator = subscription.makeAsyncIterator(); _ = await iterator.next() },
+                              second: { var iterator = subscription.makeAsyncIterator(); _ = await iterator.next() },
+                              end: { value.finish() })
+}
+
+/// Two consumers in `next()` on one subscription at once, deterministically:
+/// `first` is parked in `next()` (seen through `isParked`) before `second`
+/// calls `next()` from another task, which must trap.
+func secondConsumerTraps(
+    _ name: String, isParked: @escaping @Sendable () -> Bool,
+    first: @escaping @Sendable () async -> Void, second: @escaping @Sendable () async -> Void,
+    end: () -> Void
+) async {
+    let parked = Task.detached { await first() }
     let deadline = Date().addingTimeInterval(20)
-    while !subscription.isConsumerWaiting {
-        if Date() > deadline { fail("value-concurrent-next: the first consumer never parked in next()", status: 3) }
+    while !isParked() {
+        if Date() > deadline { fail("\(name): the first consumer never parked in next()", status: 3) }
         await Task.yield()
     }
-    let second = Task.detached {
-        var iterator = subscription.makeAsyncIterator()
-        return await iterator.next()
-    }
-    _ = await second.value  // must trap before returning
-    value.finish()
-    _ = await first.value
-    use(value)
+    await Task.detached { await second() }.value  // must trap before returning
+    end()
+    await parked.value
 }
 
 /// One element, then the end: an upstream for the shared initializers.
@@ -79,54 +85,24 @@ func fail(_ message: String, status: Int32) -> Never {
     exit(status)
 }
 
-/// Two consumers in `next()` on one subscription at once, deterministically:
-/// the first is parked in `next()` (seen through `isConsumerWaiting`) before
-/// the second calls `next()` from another task.
+/// Two plain iterators in `next()` at once.
 func concurrentNext() async {
     let sequence = BroadcastSequence(of: Int.self)
     let subscription = sequence.subscribe()
-    let first = Task.detached {
-        var iterator = subscription.makeAsyncIterator()
-        return await iterator.next()
-    }
-    let deadline = Date().addingTimeInterval(20)
-    while !subscription.isConsumerWaiting {
-        if Date() > deadline { fail("concurrent-next: the first consumer never parked in next()", status: 3) }
-        await Task.yield()
-    }
-    let second = Task.detached {
-        var iterator = subscription.makeAsyncIterator()
-        return await iterator.next()
-    }
-    _ = await second.value  // must trap before returning
-    sequence.finish()
-    _ = await first.value
-    use(sequence)
+    await secondConsumerTraps("concurrent-next", isParked: { subscription.isConsumerWaiting },
+                              first: { var iterator = subscription.makeAsyncIterator(); _ = await iterator.next() },
+                              second: { var iterator = subscription.makeAsyncIterator(); _ = await iterator.next() },
+                              end: { sequence.finish() })
 }
 
-/// The events view and the plain iterator in `next()` on one subscription
-/// at once: the events reader is parked first (seen through
-/// `isConsumerWaiting`), then a plain `next()` comes from another task.
+/// The events view parked in `next()`, then a plain `next()`.
 func eventsThenNext() async {
     let sequence = BroadcastSequence(of: Int.self)
     let subscription = sequence.subscribe()
-    let first = Task.detached {
-        var events = subscription.events.makeAsyncIterator()
-        return await events.next()
-    }
-    let deadline = Date().addingTimeInterval(20)
-    while !subscription.isConsumerWaiting {
-        if Date() > deadline { fail("events-then-next: the events reader never parked", status: 3) }
-        await Task.yield()
-    }
-    let second = Task.detached {
-        var iterator = subscription.makeAsyncIterator()
-        return await iterator.next()
-    }
-    _ = await second.value  // must trap before returning
-    sequence.finish()
-    _ = await first.value
-    use(sequence)
+    await secondConsumerTraps("events-then-next", isParked: { subscription.isConsumerWaiting },
+                              first: { var events = subscription.events.makeAsyncIterator(); _ = await events.next() },
+                              second: { var iterator = subscription.makeAsyncIterator(); _ = await iterator.next() },
+                              end: { sequence.finish() })
 }
 
 let arguments = CommandLine.arguments.dropFirst()
