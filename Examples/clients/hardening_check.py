@@ -109,6 +109,7 @@ class Server:
             given = dict(zip(LIMIT_FLAGS[::2], LIMIT_FLAGS[1::2]))
             given.update(zip((flags or [])[::2], (flags or [])[1::2]))
             command += [part for pair in given.items() for part in pair]
+        command += args.server_flags.split()
         if file_limit:
             command = ["prlimit", f"--nofile={file_limit}:{file_limit}", "--"] + command
         self.log_path = os.path.join(args.logs, f"server-{name}-{self.port}.log")
@@ -858,6 +859,7 @@ def main() -> int:
     parser.add_argument("--cycles", type=int, default=20000, help="leak: connections to open and close")
     parser.add_argument("--max-capacity", type=int, default=253, help="memory: the server's capacity ceiling")
     parser.add_argument("--shutdown-limit", type=float, default=12, help="shutdown: seconds to exit after SIGTERM")
+    parser.add_argument("--server-flags", default="", help="more flags for every server it starts, e.g. --batch-writes")
     parser.add_argument("--logs", default=None, help="directory for the servers' logs (default: a temporary one)")
     args = parser.parse_args()
     args.logs = args.logs or tempfile.mkdtemp(prefix="feed-hardening.")
