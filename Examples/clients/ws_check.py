@@ -14,7 +14,9 @@ the run id tells this run's messages from a replayed one of an earlier run, and 
 (--pad bytes, incompressible) makes the slow clients outgrow the kernel's socket buffers,
 so that the server's subscription policy, not TCP, has to absorb them. The fast clients'
 p99 end-to-end latency (publisher's `sent` to receipt) must stay under --max-p99-ms:
-a slow client must not hold the others back.
+a slow client must not hold the others back. Once every client has read up to the last
+message and left, the servers' /stats `dropped` must have grown by exactly the sum of the
+clients' last gap frames (stats-dropped-exact: each drop counted once).
 
 With --topics N (N >= 2), a topic section follows (or runs alone with --only-topics):
 once no server LISTENs on anything, clients join topic `feed` (no `topic` parameter) and

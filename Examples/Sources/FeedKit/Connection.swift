@@ -103,10 +103,14 @@ public struct FeedConnection<Hub: FeedHub>: Sendable {
                     return .failed(error)
                 }
             }
+            // With the batch writer, the pump runs on the connection's event
+            // loop: a wake-up is one job there, and a batch is written and
+            // flushed in place (no hop from the concurrency pool to the loop).
+            let loop = writer.batch.map { EventLoopActor($0.channel.eventLoop) }
             group.addTask {
                 await Self.pump(subscription, topic: topic, hub: hub, stats: stats, drops: drops, progress: progress,
                                 writer: writer, readySent: readySent,
-                                recovery: RecoveryPhase(request: query.recovery, sequence: sequence))
+                                recovery: RecoveryPhase(request: query.recovery, sequence: sequence), isolation: loop)
                 // The hub ended the subscription: its client was too slow.
                 if subscription.isEvicted { return .evicted(Self.evictionReason(query, limits: limits)) }
                 return .ended
@@ -171,7 +175,7 @@ public struct FeedConnection<Hub: FeedHub>: Sendable {
     static func pump(
         _ subscription: Hub.Subscription, topic: String, hub: Hub, stats: ServerStats, drops: DropCounter,
         progress: ConnectionProgress, writer: FrameSink, readySent: BroadcastPromise<Void, Never>,
-        recovery: RecoveryPhase
+        recovery: RecoveryPhase, isolation: isolated (any Actor)?
     ) async {
         var writer = writer
         do {
@@ -195,7 +199,7 @@ public struct FeedConnection<Hub: FeedHub>: Sendable {
             frames.reserveCapacity(Self.batchLimit + 1)
             // Each batch: what the subscription holds now (waiting only while
             // it holds nothing), written with one flush.
-            while await reader.next(upTo: Self.batchLimit, into: &items) > 0 {
+            while await reader.next(upTo: Self.batchLimit, into: &items, isolation: isolation) > 0 {
                 progress.busy.store(true, ordering: .relaxed)
                 var end: Int?
                 var messages = 0
@@ -329,7 +333,7 @@ struct FrameSink: Sendable {
 
     /// Writes `frames` in order and returns how many flushes that took.
     @discardableResult
-    mutating func write(_ frames: [ByteBuffer]) async throws -> Int {
+    mutating func write(_ frames: [ByteBuffer], isolation: isolated (any Actor)? = #isolation) async throws -> Int {
         if batch != nil {
             try await batch!.write(frames)
             return 1

@@ -56,7 +56,7 @@ public struct FeedFrameWriter: Sendable {
     /// the connection closed, sent its close frame, or failed a write;
     /// throws `CancellationError` at once when the task is cancelled while
     /// it waits.
-    public mutating func write(_ frames: [ByteBuffer]) async throws {
+    public mutating func write(_ frames: [ByteBuffer], isolation: isolated (any Actor)? = #isolation) async throws {
         guard !frames.isEmpty else { return }
         try Task.checkCancellation()
         let (count, failed) = completed.withLockedValue { $0 }
@@ -73,8 +73,13 @@ public struct FeedFrameWriter: Sendable {
                 if case .failure(let error) = result, state.failed == nil { state.failed = error }
             }
         }
-        channel.eventLoop.execute {
+        if channel.eventLoop.inEventLoop {
+            // The pump runs on this loop (``EventLoopActor``): no hop.
             gate.value.write(frames, promise: promise)
+        } else {
+            channel.eventLoop.execute {
+                gate.value.write(frames, promise: promise)
+            }
         }
         issued += 1
         previous = promise.futureResult
@@ -151,6 +156,19 @@ final class CloseGate: ChannelOutboundHandler, RemovableChannelHandler {
 
 @available(*, unavailable)
 extension CloseGate: Sendable {}
+
+/// An actor whose executor is one NIO event loop (swift-nio's
+/// `EventLoop.executor`): code isolated to it runs on that loop's thread,
+/// where the channel's pipeline can be written without a hop.
+actor EventLoopActor {
+    private let executor: any SerialExecutor
+
+    init(_ loop: any EventLoop) {
+        executor = loop.executor
+    }
+
+    nonisolated var unownedExecutor: UnownedSerialExecutor { executor.asUnownedSerialExecutor() }
+}
 
 /// Waits for a write's future, or for the task's cancellation, whichever
 /// comes first: a write stuck on a full socket must not hold the pump (the

@@ -96,8 +96,9 @@ public final class ActorChannelHub: FeedHub {
         public func makeAsyncIterator() -> AsyncChannel<FeedEvent>.AsyncIterator { channel.makeAsyncIterator() }
         /// One event: an `AsyncChannel` holds nothing (each `send` waits for
         /// its reader), so there is never a second one ready to take.
-        public func next(upTo limit: Int, from iterator: inout AsyncIterator, into buffer: inout [FeedEvent]) async -> Int {
-            guard let event = await iterator.next() else { return 0 }
+        public func next(upTo limit: Int, from iterator: inout AsyncIterator, into buffer: inout [FeedEvent],
+                         isolation: isolated (any Actor)?) async -> Int {
+            guard let event = await iterator.next(isolation: isolation) else { return 0 }
             buffer.append(event)
             return 1
         }

@@ -98,8 +98,9 @@ public final class BroadcastHub: FeedHub {
 
 extension BroadcastSequence.Subscription: FeedSubscription where Element == FeedEvent, Failure == Never {
     /// The library's batch read: everything already buffered, up to `limit`, in one call.
-    public func next(upTo limit: Int, from iterator: inout AsyncIterator, into buffer: inout [FeedEvent]) async -> Int {
-        await iterator.next(upTo: limit, into: &buffer)
+    public func next(upTo limit: Int, from iterator: inout AsyncIterator, into buffer: inout [FeedEvent],
+                     isolation: isolated (any Actor)?) async -> Int {
+        await iterator.next(upTo: limit, into: &buffer, isolation: isolation)
     }
 
     public func makeReader() -> EventsReader { EventsReader(self) }
@@ -119,9 +120,9 @@ public struct EventsReader: FeedBatchReader {
         iterator = subscription.events.makeAsyncIterator()
     }
 
-    public mutating func next(upTo limit: Int, into buffer: inout [FeedItem]) async -> Int {
+    public mutating func next(upTo limit: Int, into buffer: inout [FeedItem], isolation: isolated (any Actor)?) async -> Int {
         events.removeAll(keepingCapacity: true)
-        guard await iterator.next(upTo: limit, into: &events) > 0 else { return 0 }
+        guard await iterator.next(upTo: limit, into: &events, isolation: isolation) > 0 else { return 0 }
         var taken = 0
         for event in events {
             switch event {

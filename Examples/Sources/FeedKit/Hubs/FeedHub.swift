@@ -15,9 +15,13 @@ public protocol FeedSubscription: AsyncSequence, Sendable where Element == FeedE
     ///
     /// ```swift
     /// var iterator = subscription.makeAsyncIterator()
-    /// while await subscription.next(upTo: 64, from: &iterator, into: &batch) > 0 { ... }
+    /// while await subscription.next(upTo: 64, from: &iterator, into: &batch, isolation: #isolation) > 0 { ... }
     /// ```
-    func next(upTo limit: Int, from iterator: inout AsyncIterator, into buffer: inout [FeedEvent]) async -> Int
+    ///
+    /// `isolation`: the caller's, kept while it waits where the hub's API
+    /// allows, so a pump on its connection's event loop stays there.
+    func next(upTo limit: Int, from iterator: inout AsyncIterator, into buffer: inout [FeedEvent],
+              isolation: isolated (any Actor)?) async -> Int
     associatedtype Reader: FeedBatchReader = DroppedCountReader<Self>
     /// The pump's reader: the hub's drops in place (`.lagged`), as well as its API tells them.
     func makeReader() -> Reader
@@ -104,7 +108,7 @@ public enum FeedItem: Sendable {
 public protocol FeedBatchReader {
     /// Waits while nothing is ready, then appends up to `limit` items, in
     /// order, to `buffer` and returns how many events it took (0: ended).
-    mutating func next(upTo limit: Int, into buffer: inout [FeedItem]) async -> Int
+    mutating func next(upTo limit: Int, into buffer: inout [FeedItem], isolation: isolated (any Actor)?) async -> Int
 }
 
 /// The reader of a hub without lag in-band: before a batch, the growth of
@@ -122,9 +126,9 @@ public struct DroppedCountReader<Subscription: FeedSubscription>: FeedBatchReade
         iterator = subscription.makeAsyncIterator()
     }
 
-    public mutating func next(upTo limit: Int, into buffer: inout [FeedItem]) async -> Int {
+    public mutating func next(upTo limit: Int, into buffer: inout [FeedItem], isolation: isolated (any Actor)?) async -> Int {
         events.removeAll(keepingCapacity: true)
-        let count = await subscription.next(upTo: limit, from: &iterator, into: &events)
+        let count = await subscription.next(upTo: limit, from: &iterator, into: &events, isolation: isolation)
         guard count > 0 else { return 0 }
         let dropped = subscription.droppedCount
         if dropped > reported {

@@ -127,11 +127,12 @@ public final class LockStreamHub: FeedHub {
         /// after `next()` returned, so it never counts more than the stream
         /// holds, and those `next()` calls return without waiting (each still
         /// takes the stream's lock and makes a continuation).
-        public func next(upTo limit: Int, from iterator: inout AsyncIterator, into buffer: inout [FeedEvent]) async -> Int {
-            guard let first = await iterator.next() else { return 0 }
+        public func next(upTo limit: Int, from iterator: inout AsyncIterator, into buffer: inout [FeedEvent],
+                         isolation: isolated (any Actor)?) async -> Int {
+            guard let first = await iterator.next(isolation: isolation) else { return 0 }
             buffer.append(first)
             var taken = 1
-            while taken < limit, counters.held.load(ordering: .relaxed) > 0, let event = await iterator.next() {
+            while taken < limit, counters.held.load(ordering: .relaxed) > 0, let event = await iterator.next(isolation: isolation) {
                 buffer.append(event)
                 taken += 1
             }
@@ -142,7 +143,11 @@ public final class LockStreamHub: FeedHub {
             var base: AsyncStream<FeedEvent>.AsyncIterator
             let counters: Counters
             public mutating func next() async -> FeedEvent? {
-                guard let event = await base.next() else { return nil }
+                await next(isolation: nil)
+            }
+
+            public mutating func next(isolation actor: isolated (any Actor)?) async -> FeedEvent? {
+                guard let event = await base.next(isolation: actor) else { return nil }
                 counters.held.add(-1, ordering: .relaxed)
                 return event
             }
