@@ -15,7 +15,8 @@ In order, each a check:
   7. a message published after `resync` reaches both clients;
   8. after the last client leaves, the LISTEN connection is still there 3 s later and gone within 12 s;
   9. a `.bounded` client that stops reading (4 KiB receive buffer) is evicted: /stats counts it within
-     20 s, and when it reads again it finds close code 1013 behind its backlog.
+     20 s, and when it reads again it finds close code 1013 behind its backlog; one that never reads
+     again is disconnected within 15 s of its eviction (/stats `connections`).
 Prints PASS/FAIL lines and `N passed, N failed` last; exits 1 if any failed.
 """
 from __future__ import annotations
@@ -164,38 +165,48 @@ async def main(args: argparse.Namespace) -> int:
     return 0 if checks.failed == 0 else 1
 
 
+def stats(server: str) -> dict:
+    return json.loads(request(server, "GET", "/stats")[1])
+
+
+async def stall_until_evicted(args, run: str, before: int, pad_bytes: int = 2000) -> tuple[int, float, float]:
+    """Publishes more than a stopped `.bounded` client's socket holds, then a message every half
+    second (the broadcast hub's library evicts at the send that finds it full for 10 s) until
+    /stats counts one more eviction, at most 20 s. Returns (evicted, seconds since the first
+    publish, seconds of the first burst)."""
+    pad = "x" * pad_bytes
+    # Its queue fills during the publishing, which takes seconds under ThreadSanitizer:
+    # the 10 s are counted from the first publish (an eviction before 9 s of that is early).
+    started = time.monotonic()
+    for n in range(150):  # about 300 KB: more than the socket buffers hold (about 150 KB)
+        request(args.server, "POST", "/publish", json.dumps({"run": run, "n": n, "pad": pad}))
+    stopped = time.monotonic()
+    evicted = before
+    n = 150
+    while time.monotonic() - stopped < 20 and evicted <= before:
+        await asyncio.sleep(0.5)
+        request(args.server, "POST", "/publish", json.dumps({"run": run, "n": n, "pad": pad}))
+        n += 1
+        evicted = stats(args.server).get("evicted", 0)
+    return evicted, time.monotonic() - started, stopped - started
+
+
 async def eviction(args, checks: Checks, run: str) -> None:
     host, port = args.server.split(":")
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     sock.connect((host, int(port)))
-    before = json.loads(request(args.server, "GET", "/stats")[1]).get("evicted", 0)
+    before = stats(args.server).get("evicted", 0)
     async with connect(f"ws://{args.server}/feed?policy=bounded&capacity=4", sock=sock, max_queue=1,
                        open_timeout=15, close_timeout=5) as ws:
         frame = await next_frame(ws, 30)
         if not checks.check("a bounded client gets ready", frame.get("type") == "ready", f"first frame {frame}"):
             return
-        # Stop reading; publish more than the socket buffers hold (about 150 KB).
-        pad = "x" * 2000
-        # Its queue fills during the publishing, which takes seconds under ThreadSanitizer:
-        # the 10 s are counted from the first publish (an eviction before 9 s of that is early).
-        started = time.monotonic()
-        for n in range(150):
-            request(args.server, "POST", "/publish", json.dumps({"run": run, "n": n, "pad": pad}))
-        stopped = time.monotonic()
-        evicted = before
-        # The feed goes on (a message every half second): the broadcast hub's
-        # library evicts at the send that finds the client full for 10 s.
-        n = 150
-        while time.monotonic() - stopped < 20 and evicted <= before:
-            await asyncio.sleep(0.5)
-            request(args.server, "POST", "/publish", json.dumps({"run": run, "n": n, "pad": pad}))
-            n += 1
-            evicted = json.loads(request(args.server, "GET", "/stats")[1]).get("evicted", 0)
-        took = time.monotonic() - started
+        # Stop reading.
+        evicted, took, burst = await stall_until_evicted(args, run, before)
         checks.check("a bounded client that stopped reading is evicted (10 s full, then /stats counts it)",
                      evicted > before and took >= 9,
-                     f"evicted {before} -> {evicted} {took:.1f} s after the first publish ({stopped - started:.1f} s of publishing)")
+                     f"evicted {before} -> {evicted} {took:.1f} s after the first publish ({burst:.1f} s of publishing)")
         code = None
         try:
             while True:
@@ -207,6 +218,44 @@ async def eviction(args, checks: Checks, run: str) -> None:
         checks.check("reading again, it finds close code 1013 behind its backlog", code == 1013, f"close code {code}")
     status, _ = request(args.server, "GET", "/stats")
     checks.check("the server keeps serving after an eviction", status == 200, f"/stats {status}")
+    await never_reads(args, checks, run)
+
+
+async def never_reads(args, checks: Checks, run: str) -> None:
+    """An evicted client that never reads again does not keep its connection: the server gives
+    its close frame 5 s to get out, then closes (/stats `connections`, the TCP connections open
+    now, falls back to what it was before the client came)."""
+    host, port = args.server.split(":")
+    baseline = stats(args.server).get("connections")
+    if not isinstance(baseline, int):
+        checks.skip("an evicted client that never reads again is disconnected", "/stats has no `connections`")
+        return
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect((host, int(port)))
+    before = stats(args.server).get("evicted", 0)
+    # Messages of 7,000 bytes and a capacity of 16: the server's writes then hold more than
+    # its channel's high-water mark, so no later frame gets through while the client stalls.
+    async with connect(f"ws://{args.server}/feed?policy=bounded&capacity=16", sock=sock, max_queue=1,
+                       open_timeout=15, close_timeout=1) as ws:
+        await next_frame(ws, 30)
+        evicted, _, _ = await stall_until_evicted(args, run, before, pad_bytes=7000)
+        if evicted <= before:
+            checks.check("an evicted client that never reads again is disconnected", False, "it was not evicted")
+            return
+        evicted_at = time.monotonic()
+        connections = baseline + 1
+        while time.monotonic() - evicted_at < 15:
+            connections = stats(args.server)["connections"]
+            if connections <= baseline:
+                break
+            await asyncio.sleep(0.5)
+        took = time.monotonic() - evicted_at
+        print(f"  (a client that never reads: evicted, then /stats connections {connections} after {took:.1f} s; "
+              f"{baseline} before it came)", flush=True)
+        checks.check("an evicted client that never reads again is disconnected within 15 s",
+                     connections <= baseline,
+                     f"/stats connections {connections} {took:.1f} s after its eviction (it was {baseline} before it came)")
 
 
 if __name__ == "__main__":

@@ -183,11 +183,14 @@ step "Python websockets clients: a batch in order, 50 and a slow one on both ser
 run ws-check 300 "$PY" clients/ws_check.py --servers "127.0.0.1:$A,127.0.0.1:$B" --clients 50 --messages 200 --slow 1 \
     --topics 3 --batch-messages 60 --timeout 120
 
-step "feed-server --batch-writes: a stopped client's batch in order, in fewer flushes than messages"
+step "feed-server --batch-writes: a stopped client's batch in order, in fewer flushes than messages; eviction's close frame"
 G=$(free_port)
 SERVER_ARGS=--batch-writes start_server "$G" broadcast
 run batch-writes 120 "$PY" clients/ws_check.py --servers "127.0.0.1:$G" --clients 5 --messages 20 --slow 0 \
     --batch-messages 60 --batch-flushes --timeout 60
+# The batch writer sends an evicted client's close frame itself (behind its batches).
+run lifecycle-batch 180 "$PY" clients/lifecycle_check.py --only-eviction --server "127.0.0.1:$G" \
+    --postgres "$FEED_POSTGRES" --pause scripts/pg-pause.sh
 stop_server "$G"
 
 step "recovery: clients that leave mid-run come back with since= (feed-load --reconnect, ws_check.py --only-recovery)"

@@ -150,19 +150,28 @@ public struct FeedConnection<Hub: FeedHub>: Sendable {
             logger.info("closing a slow client (\(query.policy), capacity \(query.capacity)): \(reason)")
             // The close frame queues behind what the socket already holds: a
             // client that reads again gets it. One that never does is not
-            // waited for beyond 5 s; returning closes the channel.
+            // waited for beyond 5 s: then the channel is closed.
             let closed = BroadcastPromise<Void, Never>()
             let closing = Task {
                 try? await writer.close(Self.closeCodeEvicted, reason: reason)
                 closed.succeed()
             }
-            await withTaskGroup(of: Void.self) { group in
-                group.addTask { _ = try? await closed.value }
-                group.addTask { try? await Task.sleep(for: .seconds(5)) }
-                await group.next()
+            if FaultInjection.keepEvictedOpen {
+                _ = try? await closed.value
+                return
+            }
+            let inTime = await withTaskGroup(of: Bool.self) { group in
+                group.addTask { (try? await closed.value) != nil }
+                group.addTask {
+                    try? await Task.sleep(for: .seconds(5))
+                    return false
+                }
+                let first = await group.next() ?? false
                 group.cancelAll()
+                return first
             }
             closing.cancel()
+            if !inTime { await writer.abort() }
         }
     }
 
@@ -329,6 +338,14 @@ struct FrameSink: Sendable {
         } else {
             try await outbound.close(code, reason: reason)
         }
+    }
+
+    /// Closes the channel of a client that did not take its close frame in
+    /// time. Without the batch writer, hummingbird-websocket's close, once
+    /// cancelled, leaves its handshake to end the connection.
+    func abort() async {
+        guard let batch else { return }
+        try? await batch.channel.close()
     }
 
     /// Writes `frames` in order and returns how many flushes that took.

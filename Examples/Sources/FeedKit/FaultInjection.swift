@@ -23,6 +23,10 @@ import Foundation
 /// `FEED_SERVER_FAULT=count-drops-twice`: a broadcast connection's drops,
 /// already counted at each send, are added to `/stats` again when it closes
 /// (the bug 3a371de fixed).
+///
+/// `FEED_SERVER_FAULT=keep-evicted-open`: an evicted client's connection
+/// stays open until its close frame is in the socket, however long that takes
+/// (a client that never reads again keeps it for good).
 public enum FaultInjection {
     public static let fault = ProcessInfo.processInfo.environment["FEED_SERVER_FAULT"] ?? ""
     public static let skipGapFrames = fault == "skip-gaps"
@@ -31,4 +35,5 @@ public enum FaultInjection {
     public static let recoverySkipsOne = fault == "recovery-skips-one"
     public static let metricsMissDelivered = fault == "metrics-miss-delivered"
     public static let countDropsTwice = fault == "count-drops-twice"
+    public static let keepEvictedOpen = fault == "keep-evicted-open"
 }

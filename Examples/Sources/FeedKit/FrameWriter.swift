@@ -23,9 +23,11 @@ import NIOWebSocket
 ///
 /// The server configures no WebSocket extension (no compression), so the
 /// frames need none of `WebSocketHandler`'s processing. The close handshake
-/// stays Hummingbird's: once a close frame has gone out through the
-/// pipeline, ``CloseGate`` refuses every later frame, so none of ours can
-/// follow it (RFC 6455, 5.5.1).
+/// stays Hummingbird's, but for an evicted client's close frame, which
+/// ``close(code:reason:)`` writes behind the batches. Once a close frame has
+/// gone out through the pipeline, ``CloseGate`` refuses every later frame,
+/// so none can follow it (RFC 6455, 5.5.1): Hummingbird's own close after
+/// ours is dropped.
 public struct FeedFrameWriter: Sendable {
     let channel: any Channel
     let gate: NIOLoopBound<CloseGate>
