@@ -191,14 +191,20 @@ async def stall_until_evicted(args, run: str, before: int, pad_bytes: int = 2000
     return evicted, time.monotonic() - started, stopped - started
 
 
-async def eviction(args, checks: Checks, run: str) -> None:
-    host, port = args.server.split(":")
+def stalling_connect(server: str, capacity: int, close_timeout: float):
+    """A `.bounded(capacity)` client whose 4 KiB receive buffer (set before connecting, so the
+    advertised window stays small) fills at once when it stops reading."""
+    host, port = server.split(":")
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     sock.connect((host, int(port)))
+    return connect(f"ws://{server}/feed?policy=bounded&capacity={capacity}", sock=sock, max_queue=1,
+                   open_timeout=15, close_timeout=close_timeout)
+
+
+async def eviction(args, checks: Checks, run: str) -> None:
     before = stats(args.server).get("evicted", 0)
-    async with connect(f"ws://{args.server}/feed?policy=bounded&capacity=4", sock=sock, max_queue=1,
-                       open_timeout=15, close_timeout=5) as ws:
+    async with stalling_connect(args.server, 4, close_timeout=5) as ws:
         frame = await next_frame(ws, 30)
         if not checks.check("a bounded client gets ready", frame.get("type") == "ready", f"first frame {frame}"):
             return
@@ -225,19 +231,14 @@ async def never_reads(args, checks: Checks, run: str) -> None:
     """An evicted client that never reads again does not keep its connection: the server gives
     its close frame 5 s to get out, then closes (/stats `connections`, the TCP connections open
     now, falls back to what it was before the client came)."""
-    host, port = args.server.split(":")
     baseline = stats(args.server).get("connections")
     if not isinstance(baseline, int):
         checks.skip("an evicted client that never reads again is disconnected", "/stats has no `connections`")
         return
-    sock = socket.socket()
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    sock.connect((host, int(port)))
     before = stats(args.server).get("evicted", 0)
     # Messages of 7,000 bytes and a capacity of 16: the server's writes then hold more than
     # its channel's high-water mark, so no later frame gets through while the client stalls.
-    async with connect(f"ws://{args.server}/feed?policy=bounded&capacity=16", sock=sock, max_queue=1,
-                       open_timeout=15, close_timeout=1) as ws:
+    async with stalling_connect(args.server, 16, close_timeout=1) as ws:
         await next_frame(ws, 30)
         evicted, _, _ = await stall_until_evicted(args, run, before, pad_bytes=7000)
         if evicted <= before:
