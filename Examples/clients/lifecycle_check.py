@@ -227,13 +227,16 @@ async def eviction(args, checks: Checks, run: str) -> None:
     await never_reads(args, checks, run)
 
 
+NEVER_READS = "an evicted client that never reads again is disconnected within 15 s"
+
+
 async def never_reads(args, checks: Checks, run: str) -> None:
     """An evicted client that never reads again does not keep its connection: the server gives
     its close frame 5 s to get out, then closes (/stats `connections`, the TCP connections open
     now, falls back to what it was before the client came)."""
     baseline = stats(args.server).get("connections")
     if not isinstance(baseline, int):
-        checks.skip("an evicted client that never reads again is disconnected", "/stats has no `connections`")
+        checks.skip(NEVER_READS, "/stats has no `connections`")
         return
     before = stats(args.server).get("evicted", 0)
     # Messages of 7,000 bytes and a capacity of 16: the server's writes then hold more than
@@ -242,7 +245,7 @@ async def never_reads(args, checks: Checks, run: str) -> None:
         await next_frame(ws, 30)
         evicted, _, _ = await stall_until_evicted(args, run, before, pad_bytes=7000)
         if evicted <= before:
-            checks.check("an evicted client that never reads again is disconnected", False, "it was not evicted")
+            checks.check(NEVER_READS, False, "it was not evicted")
             return
         evicted_at = time.monotonic()
         connections = baseline + 1
@@ -254,8 +257,7 @@ async def never_reads(args, checks: Checks, run: str) -> None:
         took = time.monotonic() - evicted_at
         print(f"  (a client that never reads: evicted, then /stats connections {connections} after {took:.1f} s; "
               f"{baseline} before it came)", flush=True)
-        checks.check("an evicted client that never reads again is disconnected within 15 s",
-                     connections <= baseline,
+        checks.check(NEVER_READS, connections <= baseline,
                      f"/stats connections {connections} {took:.1f} s after its eviction (it was {baseline} before it came)")
 
 

@@ -75,14 +75,7 @@ public struct FeedFrameWriter: Sendable {
                 if case .failure(let error) = result, state.failed == nil { state.failed = error }
             }
         }
-        if channel.eventLoop.inEventLoop {
-            // The pump runs on this loop (``EventLoopActor``): no hop.
-            gate.value.write(frames, promise: promise)
-        } else {
-            channel.eventLoop.execute {
-                gate.value.write(frames, promise: promise)
-            }
-        }
+        onLoop { gate.value.write(frames, promise: promise) }
         issued += 1
         previous = promise.futureResult
     }
@@ -105,10 +98,18 @@ public struct FeedFrameWriter: Sendable {
         let frame = WebSocketFrame(fin: true, opcode: .connectionClose, data: data)
         let promise = channel.eventLoop.makePromise(of: Void.self)
         let gate = self.gate
-        channel.eventLoop.execute {
-            gate.value.writeClose(frame, promise: promise)
-        }
+        onLoop { gate.value.writeClose(frame, promise: promise) }
         try await WriteWait.wait(for: promise.futureResult)
+    }
+
+    /// Runs `body` on the channel's event loop: in place when already there
+    /// (the pump runs on it, ``EventLoopActor``), else as a task for it.
+    private func onLoop(_ body: @escaping @Sendable () -> Void) {
+        if channel.eventLoop.inEventLoop {
+            body()
+        } else {
+            channel.eventLoop.execute(body)
+        }
     }
 }
 
