@@ -158,6 +158,58 @@ import AsyncBroadcastTestSupport
         topicsBox.value = nil
     }
 
+    // MARK: Siblings a review found
+
+    // claims: TOPIC-SUBSCRIBE-FINISH-RACE
+    @Test func aRegisterThatFinishesItsOwnTopicEndsItsFirstSubscriberOnce() async throws {
+        let registrations = Locked(0)
+        let topics = Topics(register: { _, sink in
+            registrations.withLock { $0 += 1 }
+            sink.finish()  // e.g. a listener that refuses an unknown topic
+            return {}
+        })
+        let subscription = try await onThread("subscribe(to:) with a register that finishes its topic") {
+            topics.subscribe(to: "a")
+        }
+        #expect(registrations.value == 1, "the subscribe must not start the topic again and again")
+        #expect(subscription.poll().isEnd, "the listener ended the topic: its subscriber ends")
+    }
+
+    @Test func aListenRunCountsFromTheMomentItsStartIsDecided() async throws {
+        let listens = Locked(0)
+        let topics = Topics(listen: { _, _ in
+            listens.withLock { $0 += 1 }
+            return {}
+        })
+        let subscription = topics.subscribe(to: "a")
+        // The `listen` task may not have run yet; the run counts already,
+        // so a `finish()` + `listenersStopped()` now waits for it.
+        #expect(topics._runningListenerCount == 1)
+        topics.finish()
+        try await withDeadline("listenersStopped after finish") { await topics.listenersStopped() }
+        #expect(listens.value == 1, "listenersStopped() returned before the decided listen had run")
+        #expect(topics._runningListenerCount == 0)
+        withExtendedLifetime(subscription) {}
+    }
+
+    // claims: TOPIC-CANCELLED-NOT-LIVE
+    @Test func aTopicGenerationWithoutSubscribersKeepsNothing() {
+        // The registry retires an emptied generation after the sequence
+        // lock; until then (here: never, the observer does nothing) a send
+        // must keep nothing for a subscriber that arrives in between.
+        let storage = BroadcastStorage<Int, Never>(defaultPolicy: .unbounded, replay: 2, topicObserver: { _ in })
+        let first = storage.subscribe(policy: .unbounded)
+        #expect(storage.send(1).delivered == 1)
+        first.cancel()
+        #expect(storage.send(2) == BroadcastSendResult())
+        storage.send(batch: UnsafeBufferPointer(start: nil, count: 0))
+        [3, 4].withUnsafeBufferPointer { _ = storage.send(batch: $0) }
+        let late = storage.subscribe(policy: .unbounded)
+        var held: [Int] = []
+        while case .element(let element) = late.poll() { held.append(element) }
+        #expect(held == [1], "only what was sent while the topic had a subscriber")
+    }
+
     /// Runs `body` on a thread of its own, outside any task, and waits.
     private func onPlainThread<T: Sendable>(_ body: @escaping @Sendable () -> T) -> T {
         let result = Locked<T?>(nil)

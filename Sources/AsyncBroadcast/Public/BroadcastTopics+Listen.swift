@@ -51,8 +51,12 @@ extension BroadcastTopics {
     /// Returns once no topic's listener runs: no `register` or `listen`,
     /// no unregister or take-down, also of topics that ``finish()`` has let
     /// go of. At shutdown, after ``finish()``, it waits until every
-    /// listener is taken down. While topics are live it waits until they
-    /// are not. Returns at once for topics without a listener, and when the
+    /// listener is taken down. A run counts from the moment a topic decides
+    /// to start it (before `register` or `listen` is called), so a
+    /// `listenersStopped()` after `finish()` also waits for a `listen` whose
+    /// task has not run yet. While a listener runs it waits until none
+    /// does (a live topic whose start waits for its previous take-down does
+    /// not count until it starts). Returns at once for topics without a listener, and when the
     /// task is cancelled.
     ///
     /// ```swift

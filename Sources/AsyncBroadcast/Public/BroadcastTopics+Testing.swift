@@ -42,6 +42,9 @@ extension BroadcastTopics {
     /// lands exactly in the window between the subscribe's registration and
     /// its return. Call it before the topics are shared.
     @_spi(Testing)
+    public var _runningListenerCount: Int { registry.activity.runningCount }
+
+    @_spi(Testing)
     public func _runAfterSubscribeUnlocks(_ hook: @escaping @Sendable () -> Void) {
         registry.afterSubscribeUnlock = hook
     }

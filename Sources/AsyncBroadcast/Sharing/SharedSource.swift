@@ -34,11 +34,17 @@ enum SharedSource<Element: Sendable, Failure: Error>: Sendable {
 struct Sharing<Element: Sendable, Failure: Error>: Sendable {
     @usableFromInline let start: BroadcastStart
     @usableFromInline let source: SharedSource<Element, Failure>
+    /// Called under the sequence lock in the section that decides a run's
+    /// start (a topic's `ListenerActivity`): whoever takes that lock after
+    /// it, a `finish()` then `listenersStopped()` among them, sees the run
+    /// counted, although `register` or `listen` has not been called yet.
+    @usableFromInline let startDecided: (@Sendable () -> Void)?
 
     @usableFromInline
-    init(start: BroadcastStart, source: SharedSource<Element, Failure>) {
+    init(start: BroadcastStart, source: SharedSource<Element, Failure>, startDecided: (@Sendable () -> Void)? = nil) {
         self.start = start
         self.source = source
+        self.startDecided = startDecided
     }
 }
 

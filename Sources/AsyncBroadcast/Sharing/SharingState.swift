@@ -82,9 +82,13 @@ final class SharingState {
     /// run (`BroadcastTopics`): nothing starts until the registry clears
     /// this, so a topic's `register` never overlaps its last unregister.
     @usableFromInline var startBlocked: Bool
+    /// See `Sharing.startDecided`.
+    let startDecided: (@Sendable () -> Void)?
 
     @usableFromInline
-    init<Element, Failure>(mode: BroadcastStart.Mode, source: SharedSource<Element, Failure>, startBlocked: Bool = false) {
+    init<Element, Failure>(mode: BroadcastStart.Mode, source: SharedSource<Element, Failure>, startBlocked: Bool = false,
+                           startDecided: (@Sendable () -> Void)? = nil) {
+        self.startDecided = startDecided
         self.mode = mode
         self.runsAreTasks = source.runsAreTasks
         self.hasListener = source.hasListener
@@ -206,6 +210,7 @@ final class SharingState {
             run = .starting(generation: generation)
             counters.starts += 1
             if runsAreTasks { counters.liveUpstreamTasks += 1 }
+            startDecided?()
             return .start(generation: generation)
         case .running(_, let handle) where !wantsRun:
             run = .stopped

@@ -54,6 +54,13 @@ struct BroadcastState<Element: Sendable, Failure: Error>: ~Copyable {
     @usableFromInline var counts: BroadcastValue<Int, Never>?
     /// Where the next `_checkInvariants()` looks (internal checks only).
     @usableFromInline var checkCursor = 0
+    /// A topic's generation without a listener: between its last
+    /// subscriber's removal and its retirement (after the sequence lock) the
+    /// topic is not live, and a send then keeps nothing for a subscriber
+    /// that arrives before the retirement. (With a listener the topic stays
+    /// live for `stopAfter` and the window keeps the listener's sends.)
+    @usableFromInline var replaysOnlyWhileSubscribed = false
+    @inlinable var keepsReplay: Bool { replayLimit > 0 && !(replaysOnlyWhileSubscribed && subscribers.isEmpty) }
 
     @inlinable
     init(replayLimit: Int, parkedConsumers: AtomicInt, registeredCount: AtomicInt, sharing: SharingState?) {
@@ -169,7 +176,7 @@ struct BroadcastState<Element: Sendable, Failure: Error>: ~Copyable {
             }
             wakeParkedReaders(from: chunkStart, to: chunkEnd, effects: &effects)
         }
-        if replayLimit > 0 && replayable { remember(element, effects: &effects) }
+        if replayable && keepsReplay { remember(element, effects: &effects) }
         return result
     }
 
@@ -226,7 +233,7 @@ struct BroadcastState<Element: Sendable, Failure: Error>: ~Copyable {
             }
             wakeParkedReaders(from: chunkStart, to: chunkEnd, effects: &effects)
         }
-        if replayLimit > 0 {
+        if keepsReplay {
             // Only the last `replayLimit` elements can stay in the window.
             let kept = batch.count > replayLimit ? batch.count - replayLimit : 0
             for element in batch[kept...] { remember(element, effects: &effects) }

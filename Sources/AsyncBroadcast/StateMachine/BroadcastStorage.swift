@@ -56,6 +56,13 @@ final class BroadcastStorage<Element: Sendable, Failure: Error>: @unchecked Send
     /// its upstream (its last subscriber left; a start or stop of its
     /// upstream completed), so that the topic registry can retire it.
     @usableFromInline let topicObserver: (@Sendable (BroadcastStorage<Element, Failure>) -> Void)?
+    /// A topic's generation that `finish(topic:)` took out of `live`
+    /// (guarded by the topic's shard lock): a `subscribe(to:)` that
+    /// registered on it and finds this set before it returns starts again.
+    /// Not set when its own listener ended it (`sink.finish()`): that ends
+    /// its subscribers, who drain and end, including one whose `register`
+    /// call is the one that finished it.
+    @usableFromInline var finishedAsTopic = false
 
     /// Inlinable, so that a client's specialization creates it without
     /// generic metadata lookups (a `BroadcastTopics` creates one per topic).
@@ -73,8 +80,10 @@ final class BroadcastStorage<Element: Sendable, Failure: Error>: @unchecked Send
         self.state = BroadcastState(
             replayLimit: replay, parkedConsumers: parkedConsumers, registeredCount: registeredCount,
             sharing: sharing.map {
-                SharingState(mode: $0.start.mode, source: $0.source, startBlocked: startBlocked)
+                SharingState(mode: $0.start.mode, source: $0.source, startBlocked: startBlocked,
+                             startDecided: $0.startDecided)
             })
+        state.replaysOnlyWhileSubscribed = topicObserver != nil && sharing == nil
     }
 
     deinit {

@@ -117,10 +117,10 @@ extension SubscriberCore {
     /// The gap still unreported when the subscriber has ended (evicted,
     /// cancelled, its task cancelled), taken as reported: the end comes
     /// after it, so that the `.lagged` counts add up to `droppedCount`.
-    /// `nil` if there is none. Exact: once `ended` is set no producer
-    /// counts a drop for it (an eviction marks it skipped first, `end()`
-    /// unregisters it first), and the acquire load sees every drop counted
-    /// before.
+    /// `nil` if there is none. Exact: once `ended` is set, or it has been
+    /// removed, no producer counts a drop for it (an eviction marks it
+    /// skipped first, `end()` unregisters it first), and the acquire load
+    /// sees every drop counted before.
     @inlinable
     func takeFinalLag() -> Int? {
         if Fault.endSkipsPendingLag { return nil }
@@ -137,6 +137,10 @@ extension SubscriberCore {
     @inlinable
     func endEventsByConsumer() -> BroadcastEvent<Element>? {
         _ = endByConsumer()
+        // A `cancel()` from another thread may have won the request and not
+        // unregistered it yet: until then producers still count drops for
+        // it. Removing it again is a no-op once it is out.
+        storage?.remove(self)
         return takeFinalLag().map { .lagged($0) }
     }
 
@@ -149,7 +153,9 @@ extension SubscriberCore {
     /// `next(isolation:checkCancellation:)` does.
     @inlinable
     func nextEvent(isolation actor: isolated (any Actor)?, checkCancellation: Bool) async throws(Failure) -> BroadcastEvent<Element>? {
-        guard claimConsumer() else { return nil }
+        // `end()` holds the slot while it frees the buffer: it set `ended`
+        // first, so the last gap is final (and `lagReported` is ours).
+        guard claimConsumer() else { return takeFinalLag().map { .lagged($0) } }
         if checkCancellation && !ignoresTaskCancellation && Task.isCancelled {
             defer { releaseConsumer() }
             return endEventsByConsumer()

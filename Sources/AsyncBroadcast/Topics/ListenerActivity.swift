@@ -2,14 +2,21 @@
 /// one count from just before a topic's `register` or `listen` is called
 /// until its unregister or take-down has returned.
 ///
-/// Counted by the registry's wrappers around the user's closures, not by
-/// the topics' sequences: `finish()` lets go of generations whose listener
-/// is still stopping, and this count still waits for them.
+/// Entered by a topic's sequence in the section of its lock that decides a
+/// run's start (`Sharing.startDecided`), before `register` or `listen` is
+/// called: a `listenersStopped()` that follows a `finish()` cannot miss a
+/// run decided before it (a `listen` task not scheduled yet). Left by the
+/// registry's wrappers around the user's closures, after the unregister or
+/// take-down: `finish()` lets go of generations whose listener is still
+/// stopping, and this count still waits for them. Every decided start calls
+/// the closure once and its unregister or take-down once.
 final class ListenerActivity: @unchecked Sendable {
     // `running` and `waiters` are guarded by `lock`; waiters are resumed
     // after it is released.
     private let lock = Lock()
     private var running = 0
+    /// Runs counted now (tests).
+    var runningCount: Int { lock.withLock { running } }
     private var waiters = SharingWaiters()
 
     init() {}
@@ -55,7 +62,6 @@ final class ListenerActivity: @unchecked Sendable {
         _ register: @escaping @Sendable (Topic, BroadcastSink<Element, Failure>) -> @Sendable () -> Void
     ) -> @Sendable (Topic, BroadcastSink<Element, Failure>) -> @Sendable () -> Void {
         { [self] topic, sink in
-            enter()
             let unregister = register(topic, sink)
             return {
                 unregister()
@@ -70,7 +76,6 @@ final class ListenerActivity: @unchecked Sendable {
         _ listen: @escaping @Sendable (Topic, BroadcastSink<Element, Failure>) async -> @Sendable () async -> Void
     ) -> @Sendable (Topic, BroadcastSink<Element, Failure>) async -> @Sendable () async -> Void {
         { [self] topic, sink in
-            enter()
             let takeDown = await listen(topic, sink)
             return {
                 await takeDown()

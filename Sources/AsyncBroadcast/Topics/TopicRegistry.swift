@@ -43,6 +43,8 @@ final class TopicRegistry<Topic: Hashable & Sendable, Element: Sendable, Failure
     struct Listener: Sendable {
         @usableFromInline let start: BroadcastStart
         @usableFromInline let source: Source
+        /// Counts a run in `activity` when a generation decides to start it.
+        @usableFromInline let startDecided: @Sendable () -> Void
 
         /// A callback listener, or an asynchronous one.
         @usableFromInline
@@ -54,6 +56,7 @@ final class TopicRegistry<Topic: Hashable & Sendable, Element: Sendable, Failure
         /// Wraps the user's closures so that `activity` counts what runs.
         init(start: BroadcastStart, source: Source, activity: ListenerActivity) {
             self.start = start
+            self.startDecided = { activity.enter() }
             switch source {
             case .register(let register): self.source = .register(activity.counting(register))
             case .listen(let listen): self.source = .listen(activity.counting(listen))
@@ -168,7 +171,8 @@ final class TopicRegistry<Topic: Hashable & Sendable, Element: Sendable, Failure
         guard let listener else {
             return Storage(defaultPolicy: defaultPolicy, replay: replay, topicObserver: observer)
         }
-        let sharing = Sharing<Element, Failure>(start: listener.start, source: listener.sharedSource(for: topic))
+        let sharing = Sharing<Element, Failure>(start: listener.start, source: listener.sharedSource(for: topic),
+                                                startDecided: listener.startDecided)
         return Storage(defaultPolicy: defaultPolicy, replay: replay, sharing: sharing,
                        startBlocked: startBlocked, topicObserver: observer)
     }
@@ -254,13 +258,17 @@ final class TopicRegistry<Topic: Hashable & Sendable, Element: Sendable, Failure
     ///   the lock was released would take sends into its replay window
     ///   meanwhile, for a real subscriber arriving then to start with.
     /// - The subscribe completes under the shard lock, after its follow-up
-    ///   (a listener's `register`) has run: if its generation is no longer
-    ///   the topic's live one (a `finish(topic:)` retired it) or has
-    ///   finished (its listener's `sink.finish()`), the subscriber is let go
-    ///   unseen and the subscribe starts again on the live generation. So a
-    ///   subscribe never returns a subscriber that a finish which began
-    ///   before its return has ended; a finish that takes the shard lock
-    ///   after this check ends it as it ends every subscriber of the topic.
+    ///   (a listener's `register`) has run: if a `finish(topic:)` retired its
+    ///   generation meanwhile, the subscriber is let go unseen and the
+    ///   subscribe starts again on the live generation. So a subscribe never
+    ///   returns a subscriber that a `finish(topic:)` which began before its
+    ///   return has ended; one that takes the shard lock after this check
+    ///   ends it as it ends every subscriber of the topic. A generation its
+    ///   own listener ended (`sink.finish()`, even inside this subscribe's
+    ///   `register`) keeps the subscriber: it drains and ends, as the
+    ///   listener asked (starting again would call `register` forever).
+    ///   A subscriber that did not register (its generation had finished)
+    ///   starts again at once: the next subscriber starts the topic afresh.
     @inlinable
     func subscribe(to topic: Topic, policy: BroadcastBufferingPolicy,
                    eviction: SubscriberEviction? = nil) -> SubscriberCore<Element, Failure> {
@@ -294,8 +302,7 @@ final class TopicRegistry<Topic: Hashable & Sendable, Element: Sendable, Failure
             // meanwhile) may be idle or stopped.
             if !registered { generationChanged(storage, topic: topic) }
             if fromCancelledTask || Fault.subscribeIgnoresFinish { return subscriber }
-            let isLive = registered && shard.lock.withLock { shard.live[topic] === storage && !storage.hasFinished }
-            if isLive { return subscriber }
+            if registered && !shard.lock.withLock({ storage.finishedAsTopic }) { return subscriber }
             // Finished before this subscribe completed: let it go (what it
             // held was sent before the return, which a subscriber may miss)
             // and join the topic's live generation, or start one.
@@ -382,6 +389,7 @@ final class TopicRegistry<Topic: Hashable & Sendable, Element: Sendable, Failure
         let storage: Storage? = shard.lock.withLock {
             guard let storage = shard.live[topic] else { return nil }
             retire(storage, topic, in: shard)
+            storage.finishedAsTopic = true
             return storage
         }
         guard let storage else { return }
