@@ -13,7 +13,8 @@
 #   - `<!-- restates: ID -->` marks a sentence (usually a doc comment) that
 #     says again what claim ID says; it must name a defined claim.
 # Where it is shown: `// claims: ID, ID` (Swift) or `# claims: ID, ID`
-# (shell) on or just above the test, in Tests/, Fuzz/ (fault-check.sh and
+# (shell) on or just above the test (a script may name the case first:
+# `# FAULT_NAME claims: ID`), in Tests/, Fuzz/ (fault-check.sh and
 # the targets), Sources/LitmusRows, Sources/broadcast-stress, and scripts/
 # (release-traps.sh, stress-faults.sh, test-faults.sh, litmus.sh). A test
 # names a claim only if it would fail were the claim false.
@@ -64,12 +65,14 @@ ledger() {
     for f in Fuzz/fault-check.sh scripts/*.sh; do
         [[ -f $f && $f != scripts/claims.sh ]] && scan+=("$f")
     done
-    { grep -rnE "^[[:space:]]*(//|#)[[:space:]]*claims:" "${scan[@]}" --include='*.swift' --include='*.sh' 2>/dev/null || true; } |
+    { grep -rnE "^[[:space:]]*(//|#)[[:space:]]*([A-Za-z0-9_.-]+[[:space:]]+)?claims:" "${scan[@]}" --include='*.swift' --include='*.sh' 2>/dev/null || true; } |
         while IFS= read -r hit; do
             local file=${hit%%:*} rest=${hit#*:}
             local line=${rest%%:*} text=${rest#*:}
             local name=""
-            if [[ $file == *.swift ]]; then
+            if [[ $text =~ ^[[:space:]]*(//|#)[[:space:]]*([A-Za-z0-9_.-]+)[[:space:]]+claims: ]]; then
+                name=${BASH_REMATCH[2]}
+            elif [[ $file == *.swift ]]; then
                 name=$(tail -n +"$line" "$file" | head -n 12 | grep -m1 -oE "func [A-Za-z0-9_]+" | sed 's/^func //' || true)
             fi
             local ids=${text#*claims:}

@@ -3,6 +3,7 @@ import Testing
 @_spi(Testing) @testable import AsyncBroadcast
 import AsyncBroadcastTestSupport
 
+// claims: EVICT-HARD, EVICT-ENDS-LIKE-CANCEL, EVICT-ISEVICTED
 @Suite struct EvictionTests {
     @Test func theSendThatWouldExceedTheHardLimitEndsTheSubscriber() async throws {
         let sequence = BroadcastSequence(of: Int.self)
@@ -21,6 +22,7 @@ import AsyncBroadcastTestSupport
         #expect(subscription.isEvicted)
     }
 
+    // claims: EVICT-HARD
     @Test func aReaderThatKeepsUpIsNeverEvicted() async throws {
         let sequence = BroadcastSequence(of: Int.self)
         let subscription = sequence.subscribe(eviction: .hardLimit(1))
@@ -31,6 +33,7 @@ import AsyncBroadcastTestSupport
         #expect(!subscription.isEvicted)
     }
 
+    // claims: EVICT-ENDS-LIKE-CANCEL, EVICT-IN-EVERY-SEND
     @Test(arguments: [BroadcastBufferingPolicy.unbounded, .bufferingNewest(8)])
     func aWaitingReaderIsWokenWithTheEnd(policy: BroadcastBufferingPolicy) async throws {
         let sequence = BroadcastSequence(of: Int.self)
@@ -55,6 +58,7 @@ import AsyncBroadcastTestSupport
         #expect(try await withDeadline("the woken events reader") { await reader.value } == [])
     }
 
+    // claims: EVICT-IN-EVERY-SEND
     @Test func emitEvictsToo() async throws {
         let sequence = BroadcastSequence(of: Int.self)
         let subscription = sequence.subscribe(eviction: .hardLimit(2))
@@ -65,6 +69,7 @@ import AsyncBroadcastTestSupport
         #expect(sequence.subscriberCount == 0)
     }
 
+    // claims: EVICT-ISEVICTED
     @Test func isEvictedIsFalseAfterCancelAndAfterFinish() async throws {
         let sequence = BroadcastSequence(of: Int.self)
         let cancelled = sequence.subscribe(eviction: .hardLimit(1))
@@ -78,6 +83,7 @@ import AsyncBroadcastTestSupport
         #expect(sequence.send(2).isFinished)
     }
 
+    // claims: EVICT-ENDS-LIKE-CANCEL, EVICT-BOUNDED-STOPS-GROWTH
     @Test func emittersWaitingOnAnEvictedBoundedSubscriberAreReleased() async throws {
         let sequence = BroadcastSequence(of: Int.self)
         let subscription = sequence.subscribe(bufferingPolicy: .bounded(2), eviction: .hardLimit(3))
@@ -94,6 +100,7 @@ import AsyncBroadcastTestSupport
         #expect(sequence.waitingEmitterCount == 0)
     }
 
+    // claims: EVICT-BATCH, EVICT-IN-EVERY-SEND
     @Test func aBatchThatWouldExceedTheLimitIsNotDeliveredToIt() async throws {
         let sequence = BroadcastSequence(of: Int.self)
         let subscription = sequence.subscribe(eviction: .hardLimit(4))
@@ -116,6 +123,7 @@ import AsyncBroadcastTestSupport
         #expect(try await drain(newest) == [9, 10])
     }
 
+    // claims: EVICT-IN-EVERY-SEND
     @Test func aListenersSinkEvicts() async throws {
         let sinks = Locked<[BroadcastSink<Int, Never>]>([])
         let sequence = BroadcastSequence<Int, Never>(started: .lazily) { sink in
@@ -132,6 +140,7 @@ import AsyncBroadcastTestSupport
         #expect(try await drain(subscription) == [])
     }
 
+    // claims: EVICT-ENDS-LIKE-CANCEL
     @Test func aTopicSubscriberIsEvictedAndTheTopicRetired() async throws {
         let topics = BroadcastTopics<String, Int, Never>()
         let member = topics.subscribe(to: "room", eviction: .hardLimit(2))
@@ -145,6 +154,7 @@ import AsyncBroadcastTestSupport
         #expect(try await drain(member) == [])
     }
 
+    // claims: EVICT-SOFT
     @available(macOS 13, iOS 16, tvOS 16, watchOS 9, *)
     @Test func theSoftLimitEvictsOnlyAfterItWasExceededAtEverySendForTheDuration() async throws {
         let clock = ManualClock()
@@ -165,6 +175,7 @@ import AsyncBroadcastTestSupport
         #expect(subscription.isEvicted)
     }
 
+    // claims: EVICT-BOTH
     @available(macOS 13, iOS 16, tvOS 16, watchOS 9, *)
     @Test func bothLimitsWhicheverComesFirst() async throws {
         let clock = ManualClock()
@@ -180,6 +191,7 @@ import AsyncBroadcastTestSupport
     /// A sender thread and a reader that stops reading: the sender evicts it
     /// while the reader may be anywhere (also under ThreadSanitizer); what it
     /// read is an in-order prefix, and exactly one send reports the eviction.
+    // claims: EVICT-ISEVICTED, EVICT-BOUNDED-STOPS-GROWTH
     @Test(arguments: [BroadcastBufferingPolicy.unbounded, .bounded(8), .bufferingNewest(64)])
     func aSenderThreadEvictsAReaderThatFallsBehind(policy: BroadcastBufferingPolicy) async throws {
         let sequence = BroadcastSequence(of: Int.self)

@@ -1,6 +1,7 @@
 import Testing
 @_spi(Testing) @testable import AsyncBroadcast
 
+// claims: SEQ-END-WAYS, SEQ-CANCEL-IDEMPOTENT
 @Suite struct LifecycleTests {
     @Test func subscriberCountReturnsToZeroAfterCancel() {
         let sequence = BroadcastSequence(of: Int.self)
@@ -12,6 +13,7 @@ import Testing
         #expect(sequence.send(1).delivered == 0)
     }
 
+    // claims: SEQ-END-WAYS
     @Test func subscriberCountReturnsToZeroWhenAnUnreadSubscriptionIsDropped() {
         let sequence = BroadcastSequence(of: Int.self)
         do {
@@ -22,6 +24,7 @@ import Testing
         #expect(sequence.subscriberCount == 0)
     }
 
+    // claims: SEQ-END-WAYS
     @Test func iteratorKeepsTheSubscriptionAlive() async {
         let sequence = BroadcastSequence(of: Int.self)
         var iterator = sequence.subscribe().makeAsyncIterator()
@@ -32,6 +35,7 @@ import Testing
         #expect(sequence.subscriberCount == 0)
     }
 
+    // claims: SEQ-END-WAYS, SEQ-TASK-CANCEL-ENDS, SEQ-TASK-CANCEL-PARKED
     @Test func subscriberCountReturnsToZeroAfterTaskCancellation() async throws {
         let sequence = BroadcastSequence(of: Int.self)
         let subscription = sequence.subscribe()
@@ -42,6 +46,7 @@ import Testing
         #expect(sequence.subscriberCount == 0)
     }
 
+    // claims: SEQ-END-EFFECTS
     @Test func cancelWakesAParkedConsumerWithNil() async throws {
         let sequence = BroadcastSequence(of: Int.self, throwing: TestError.self)
         let subscription = sequence.subscribe()
@@ -54,6 +59,7 @@ import Testing
         #expect(try await withDeadline("woken by cancel()") { try await consumer.value } == nil)
     }
 
+    // claims: SEQ-END-EFFECTS
     @Test func cancelFreesTheBufferAtOnce() {
         let counter = LiveCounter()
         let sequence = BroadcastSequence(of: Payload.self)
@@ -78,6 +84,7 @@ import Testing
         #expect(counter.live == 0)
     }
 
+    // claims: SEQ-TASK-CANCEL-NO-ERROR
     @Test func nextFromACancelledTaskReturnsNilAlsoForThrowingSequences() async throws {
         let sequence = BroadcastSequence(of: Int.self, throwing: TestError.self)
         let subscription = sequence.subscribe()
@@ -93,6 +100,7 @@ import Testing
         #expect(sequence.send(1).delivered == 0)
     }
 
+    // claims: SEQ-TASK-CANCEL-ENDS, SEQ-TASK-CANCEL-NO-ERROR
     @Test func taskCancellationEndsTheSubscriberLikeCancel() async throws {
         // Noticed on the first call: what it held is discarded, it leaves
         // the count at once, and `next()` returns nil.
@@ -115,6 +123,7 @@ import Testing
 
     /// A consumer cancelled mid-stream receives at most 31 more elements,
     /// however many are sent after the cancellation.
+    // claims: SEQ-TASK-CANCEL-32
     @Test(arguments: [0, 1, 5, 31, 32, 33, 40])
     func taskCancellationIsNoticedWithin32Calls(readBeforeCancel: Int) async throws {
         let sequence = BroadcastSequence(of: Int.self)
@@ -141,6 +150,7 @@ import Testing
         #expect(sequence.send(0).delivered == 0)
     }
 
+    // claims: SEQ-END-ISOLATED, SEQ-END-EFFECTS
     @Test func anEndedSubscriberNeverAffectsOthers() async throws {
         let sequence = BroadcastSequence(of: Int.self)
         let leaving = sequence.subscribe(bufferingPolicy: .bounded(1))

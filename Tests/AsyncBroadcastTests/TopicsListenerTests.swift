@@ -39,6 +39,7 @@ import Testing
         }
     }
 
+    // claims: TOPIC-REGISTER-LIFECYCLE
     @available(macOS 13, iOS 16, tvOS 16, watchOS 9, *)
     @Test func aTopicRegistersAtItsFirstSubscriberAndUnregistersWhenItsLastLeaves() {
         let listeners = Listeners()
@@ -60,6 +61,7 @@ import Testing
         #expect(pollAll(again) == [])
     }
 
+    // claims: TOPIC-LIVE-STOPAFTER, TOPIC-STOPAFTER-REPLAY-ONLY, TOPIC-REPLAY-WINDOW
     @available(macOS 13, iOS 16, tvOS 16, watchOS 9, *)
     @Test func aSubscriberThatComesBackWithinStopAfterKeepsTheSameListener() async throws {
         let clock = ManualClock()
@@ -86,6 +88,7 @@ import Testing
         #expect(listeners.log("a").events == [.register, .unregister, .register])
     }
 
+    // claims: TOPIC-FINISH-ONE, TOPIC-REGISTER-ALTERNATE
     @available(macOS 13, iOS 16, tvOS 16, watchOS 9, *)
     @Test func finishingATopicUnregistersAtOnceAndARestartWaitsForTheUnregisterToReturn() async throws {
         let clock = ManualClock()
@@ -120,6 +123,7 @@ import Testing
     /// and whose subscribers all leave before it may start: once its
     /// stopAfter has passed it is idle and goes, though it never ran (found
     /// by the stress tool: it stayed live, with nobody to tell the registry).
+    // claims: TOPIC-LIVE-STOPAFTER
     @available(macOS 13, iOS 16, tvOS 16, watchOS 9, *)
     @Test func aBlockedGenerationWhoseSubscribersLeftGoesAfterStopAfter() async throws {
         let clock = ManualClock()
@@ -144,6 +148,7 @@ import Testing
         #expect(listeners.log("a").events == [.register, .unregister], "a generation that never started registered")
     }
 
+    // claims: TOPIC-REGISTER-LIFECYCLE
     @available(macOS 13, iOS 16, tvOS 16, watchOS 9, *)
     @Test func aListenerThatFinishesItsTopicEndsItsSubscribersAndTheNextSubscribeRegistersAgain() {
         let listeners = Listeners()
@@ -164,6 +169,7 @@ import Testing
         #expect(topics.topicCount == 0)
     }
 
+    // claims: TOPIC-REGISTER-LIFECYCLE
     @available(macOS 13, iOS 16, tvOS 16, watchOS 9, *)
     @Test func finishUnregistersEveryTopic() {
         let listeners = Listeners()
@@ -179,6 +185,7 @@ import Testing
     /// Subscribers come and go on a few topics from several threads, while
     /// `finish(topic:)` closes them: each topic's register and unregister
     /// calls alternate and never overlap.
+    // claims: TOPIC-REGISTER-ALTERNATE
     @available(macOS 13, iOS 16, tvOS 16, watchOS 9, *)
     @Test func aTopicsRegisterAndUnregisterNeverOverlap() async throws {
         let listeners = Listeners()
