@@ -65,21 +65,28 @@ ledger() {
     for f in Fuzz/fault-check.sh scripts/*.sh; do
         [[ -f $f && $f != scripts/claims.sh ]] && scan+=("$f")
     done
-    { grep -rnE "^[[:space:]]*(//|#)[[:space:]]*([A-Za-z0-9_.-]+[[:space:]]+)?claims:" "${scan[@]}" --include='*.swift' --include='*.sh' 2>/dev/null || true; } |
-        while IFS= read -r hit; do
-            local file=${hit%%:*} rest=${hit#*:}
-            local line=${rest%%:*} text=${rest#*:}
-            local name=""
-            if [[ $text =~ ^[[:space:]]*(//|#)[[:space:]]*([A-Za-z0-9_.-]+)[[:space:]]+claims: ]]; then
-                name=${BASH_REMATCH[2]}
-            elif [[ $file == *.swift ]]; then
-                name=$(tail -n +"$line" "$file" | head -n 12 | grep -m1 -oE "func [A-Za-z0-9_]+" | sed 's/^func //' || true)
-            fi
-            local ids=${text#*claims:}
-            for id in $(echo "$ids" | tr ',' ' '); do
-                echo "$file:$line:$id:$name"
-            done
-        done >"$refs"
+    # One awk pass: a tag line's name is its case name (`# NAME claims:`),
+    # else the first `func NAME` within the 12 lines after it (Swift).
+    { find "${scan[@]}" -type f \( -name '*.swift' -o -name '*.sh' \) -not -path '*/.build*' 2>/dev/null | sort |
+        xargs awk '
+            function flush(   k) { for (k = 1; k <= n; k++) print pend[k] ":" fname; n = 0 }
+            FNR == 1 { flush() }
+            n > 0 && match($0, /func [A-Za-z0-9_]+/) { fname = substr($0, RSTART + 5, RLENGTH - 5); flush() }
+            n > 0 && FNR - tagline > 12 { fname = ""; flush() }
+            /^[ \t]*(\/\/|#)[ \t]*([A-Za-z0-9_.-]+[ \t]+)?claims:/ {
+                text = $0; name = ""
+                if (match(text, /^[ \t]*(\/\/|#)[ \t]*[A-Za-z0-9_.-]+[ \t]+claims:/)) {
+                    name = text; sub(/^[ \t]*(\/\/|#)[ \t]*/, "", name); sub(/[ \t]+claims:.*/, "", name)
+                }
+                sub(/^.*claims:/, "", text); gsub(/,/, " ", text)
+                cnt = split(text, ids, /[ \t]+/)
+                for (k = 1; k <= cnt; k++) {
+                    if (ids[k] == "") continue
+                    if (name != "" || FILENAME !~ /\.swift$/) print FILENAME ":" FNR ":" ids[k] ":" name
+                    else { pend[++n] = FILENAME ":" FNR ":" ids[k]; tagline = FNR }
+                }
+            }
+            END { fname = ""; flush() }'; } >"$refs"
 
     local errors=0 total=0 tested=0 untested=0
     local -a problems=()
@@ -171,8 +178,8 @@ self_test() {
     # The real tree, copied, is the base of the faults below.
     local real=$tmp/real
     mkdir -p "$real"
-    (cd "$here" && tar cf - Sources/AsyncBroadcast/AsyncBroadcast.docc Sources/AsyncBroadcast/Public Tests Fuzz/Sources Fuzz/fault-check.sh \
-        Sources/LitmusRows Sources/broadcast-stress scripts --exclude='.build*' 2>/dev/null) | (cd "$real" && tar xf -)
+    (cd "$here" && tar --exclude='.build*' -cf - Sources/AsyncBroadcast/AsyncBroadcast.docc Sources/AsyncBroadcast/Public \
+        Tests Fuzz/Sources Fuzz/fault-check.sh Sources/LitmusRows Sources/broadcast-stress scripts) | (cd "$real" && tar xf -)
     local base_untested
     base_untested=$(run "$real" "$tmp/base.out" >/dev/null; tail -1 "$tmp/base.out" | sed -E 's/.* ([0-9]+) untested$/\1/')
 
