@@ -169,8 +169,71 @@ import Testing
         #expect(sequence.send(1).delivered == 64)
         for reader in readers { #expect(try await reader.value == [1]) }
     }
+
+    /// Elements the library lets go of (evicted by `.bufferingNewest`,
+    /// dropped by `.bufferingOldest`, discarded by `cancel()`, pushed out of
+    /// the replay window) are released after its lock: each one's deinit
+    /// sends into the same sequence, which would deadlock under the lock. On
+    /// a thread of its own, so a deadlock fails at the deadline.
+    // claims: DRF-NO-USER-CODE-UNDER-LOCK
+    @Test func anElementsDeinitRunsAfterTheLockAndMayUseTheSequence() async throws {
+        typealias Broadcast = BroadcastSequence<SendsOnRelease, Never>
+        let seen = try await onThread("releases whose deinit sends into the sequence") { () -> [[Int]] in
+            func ids(_ subscription: Broadcast.Subscription) -> [Int] { pollAll(subscription).map(\.id) }
+            var seen: [[Int]] = []
+            // Evicted: the deinit's send evicts the element that evicted it.
+            let evicting = Broadcast()
+            let evictingTarget = WeakBox(evicting)
+            let newest = evicting.subscribe(bufferingPolicy: .bufferingNewest(1))
+            evicting.send(SendsOnRelease(1, sendsOnDeinit: 100, into: evictingTarget))
+            evicting.send(SendsOnRelease(2, sendsOnDeinit: nil, into: evictingTarget))
+            seen.append(ids(newest))
+            // Dropped by a capacity-0 subscriber with no reader: so is the deinit's.
+            let dropping = Broadcast()
+            let droppingTarget = WeakBox(dropping)
+            let oldest = dropping.subscribe(bufferingPolicy: .bufferingOldest(0))
+            dropping.send(SendsOnRelease(3, sendsOnDeinit: 200, into: droppingTarget))
+            seen.append([oldest.droppedCount])
+            // Discarded by cancel(): the deinit's send reaches the subscriber left.
+            let discarding = Broadcast()
+            let discardingTarget = WeakBox(discarding)
+            let cancelled = discarding.subscribe()
+            discarding.send(SendsOnRelease(4, sendsOnDeinit: 300, into: discardingTarget))
+            let watcher = discarding.subscribe()
+            cancelled.cancel()
+            seen.append(ids(watcher))
+            // Pushed out of the replay window, with nobody subscribed.
+            let replaying = Broadcast(replay: 1)
+            let replayingTarget = WeakBox(replaying)
+            replaying.send(SendsOnRelease(5, sendsOnDeinit: 400, into: replayingTarget))
+            replaying.send(SendsOnRelease(6, sendsOnDeinit: nil, into: replayingTarget))
+            seen.append(ids(replaying.subscribe()))
+            return seen
+        }
+        #expect(seen == [[100], [2], [300], [400]], "the deinits' sends did not arrive as ordinary sends after the releases")
+    }
 }
 
 extension BroadcastSequence.Subscription.PollResult {
     var isEnd: Bool { if case .end = self { return true } else { return false } }
+}
+
+/// An element whose deinit sends a new element into the sequence that
+/// released it (weakly referenced: no cycle).
+final class SendsOnRelease: Sendable {
+    let id: Int
+    let replacement: Int?
+    let target: WeakBox<BroadcastSequence<SendsOnRelease, Never>>
+
+    init(_ id: Int, sendsOnDeinit replacement: Int?, into target: WeakBox<BroadcastSequence<SendsOnRelease, Never>>) {
+        self.id = id
+        self.replacement = replacement
+        self.target = target
+    }
+
+    deinit {
+        if let replacement, let sequence = target.object {
+            sequence.send(SendsOnRelease(replacement, sendsOnDeinit: nil, into: target))
+        }
+    }
 }

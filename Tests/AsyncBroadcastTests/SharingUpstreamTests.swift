@@ -321,4 +321,24 @@ import Testing
         #expect(counters.starts == 1 && counters.stops == 1 && !counters.isStopPending, "\(counters)")
         #expect(clock.sleeperCount == 0)
     }
+
+    /// `broadcast()` iterates the same sequence at every run: an
+    /// `AsyncStream` that the first run's stop ended has nothing left for the
+    /// second run, which ends at once and finishes the shared sequence.
+    // claims: SHARE-BROADCAST-SINGLE-PASS
+    @available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *)
+    @Test func aSinglePassUpstreamsSecondRunEndsAtOnceAndFinishesTheSequence() async throws {
+        let (stream, continuation) = AsyncStream<Int>.makeStream()
+        let terminated = Locked(false)
+        continuation.onTermination = { _ in terminated.withLock { $0 = true } }
+        let shared = stream.broadcast(started: .whileSubscribed())
+        let first = shared.subscribe()
+        continuation.yield(1)
+        #expect(try await take(1, from: first) == [1])
+        first.cancel()  // the run stops: its task is cancelled, which ends the stream
+        try await waitUntil("the stream ended by the first run's stop") { terminated.value }
+        let second = shared.subscribe()
+        #expect(try await drain(second) == [])
+        #expect(shared.isFinished)
+    }
 }

@@ -209,4 +209,27 @@ import Testing
         #expect(topics.topicCount == 0)
         #expect(topics.registry.shards.allSatisfy { shard in shard.lock.withLock { shard.retiring.isEmpty } })
     }
+
+    /// A sink whose registration was stopped delivers nothing: not to the
+    /// topic's next generation, not to its replay window. The new
+    /// registration's sink does.
+    // claims: TOPIC-STALE-SINK
+    @available(macOS 13, iOS 16, tvOS 16, watchOS 9, *)
+    @Test func aStoppedRegistrationsSinkDeliversNothing() {
+        let listeners = Listeners()
+        let topics = Topics(replay: 1, register: listeners.register)
+        let first = topics.subscribe(to: "a")
+        let stale = listeners.sinks.value["a"]!
+        first.cancel()
+        #expect(listeners.log("a").events == [.register, .unregister])
+        let again = topics.subscribe(to: "a")
+        #expect(listeners.log("a").events == [.register, .unregister, .register])
+        #expect(stale.send(1).delivered == 0)
+        #expect(pollAll(again) == [], "a stopped registration's sink reached the next generation")
+        let late = topics.subscribe(to: "a")
+        #expect(pollAll(late) == [], "a stopped registration's sink reached the replay window")
+        #expect(listeners.sinks.value["a"]!.send(2).delivered == 2)
+        #expect(pollAll(again) == [2])
+        #expect(pollAll(late) == [2])
+    }
 }

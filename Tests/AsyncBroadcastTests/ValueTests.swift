@@ -422,6 +422,35 @@ import Testing
         #expect(counter.live == 1)
         #expect(value.value.value == 51)
     }
+
+    /// "Newer" is a later change, not a different value: after `a` to `b`
+    /// and back to `a`, a reader that last read `a` receives `a` again.
+    // claims: VAL-LATER-CHANGE
+    @Test func aChangeBackToTheValueLastReadIsStillAChange() async throws {
+        let value = BroadcastValue("a")
+        let subscription = value.subscribe()
+        #expect(try await take(1, from: subscription) == ["a"])
+        value.send("b")
+        value.send("a")
+        #expect(try await take(1, from: subscription) == ["a"])
+    }
+
+    /// Cancelling one subscriber leaves the others as they were: still
+    /// counted, still receiving each change.
+    // claims: VAL-END-ISOLATED
+    @Test func endingOneSubscriberLeavesTheOthers() async throws {
+        let value = BroadcastValue(0)
+        let leaving = value.subscribe()
+        let staying = value.subscribe()
+        #expect(try await take(1, from: staying) == [0])
+        leaving.cancel()
+        #expect(value.subscriberCount == 1)
+        value.send(1)
+        #expect(try await take(1, from: staying) == [1])
+        value.finish()
+        #expect(try await drain(staying) == [])
+        #expect(try await drain(leaving) == [])
+    }
 }
 
 /// Not Equatable.
