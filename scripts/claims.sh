@@ -5,7 +5,8 @@
 #   bash scripts/claims.sh              # the ledger; exit 1 on any problem
 #   bash scripts/claims.sh --self-test  # shows the checker catches its faults
 #
-# Where a claim is made (its definition), one per id:
+# Where a claim is made (its definition), one per id (a tag in `code` or in
+# a fenced code block is an example, not a tag):
 #   - in the DocC articles (Sources/AsyncBroadcast/AsyncBroadcast.docc/*.md)
 #     and in the `///` doc comments of Sources/AsyncBroadcast/Public/*.swift:
 #     `<!-- claim: ID -->` at the end of the sentence. An HTML comment: DocC
@@ -37,11 +38,19 @@ extract() {
     { find Sources/AsyncBroadcast/AsyncBroadcast.docc -name '*.md' | sort
       find Sources/AsyncBroadcast/Public -name '*.swift' | sort; } |
         xargs awk -v tag="$tag" '
+            FNR == 1 { fenced = 0 }
             FILENAME ~ /\.swift$/ && $0 !~ /^[ \t]*\/\/\// { next }
+            /^[ \t]*(\/\/\/)?[ \t]*```/ { fenced = !fenced; next }
+            fenced { next }
             {
-                s = $0; re = "<!-- *" tag ": *[^ ]* *-->"
+                # A tag inside `code` is an example, not a tag.
+                s = $0; before = ""; re = "<!-- *" tag ": *[^ ]* *-->"
                 while (match(s, re)) {
-                    m = substr(s, RSTART, RLENGTH); s = substr(s, RSTART + RLENGTH)
+                    m = substr(s, RSTART, RLENGTH); before = before substr(s, 1, RSTART - 1)
+                    s = substr(s, RSTART + RLENGTH)
+                    ticks = gsub(/`/, "`", before)
+                    before = before m
+                    if (ticks % 2 == 1) continue
                     sub("^<!-- *" tag ": *", "", m); sub(" *-->$", "", m)
                     print FILENAME ":" FNR ":" m
                 }
@@ -173,7 +182,10 @@ self_test() {
     printf '/// Never waits. <!-- restates: SELF-SEND-NEVER-WAITS -->\n/// Ends once. <!-- claim: SELF-ENDS-ONCE -->\npublic func f() {}\n' >"$clean/Sources/AsyncBroadcast/Public/F.swift"
     printf '// claims: SELF-SEND-NEVER-WAITS\n@Test func sendNeverWaits() {}\n' >"$clean/Tests/T/T.swift"
     printf '# claims: SELF-ENDS-ONCE\ncheck ends-once\n' >"$clean/scripts/traps.sh"
-    expect "clean tree passes" 0 '^2 claims, 2 tested, 0 untested$' "$tmp/1.out" "$(run "$clean" "$tmp/1.out")"
+    # Examples of tags, in `code` and in a fenced block, are not tags.
+    printf 'Write `<!-- claim: SELF-EXAMPLE -->` at its end.\n```\nx <!-- claim: SELF-FENCED -->\n```\n' \
+        >"$clean/Sources/AsyncBroadcast/AsyncBroadcast.docc/Testing.md"
+    expect "clean tree passes (examples in code are no claims)" 0 '^2 claims, 2 tested, 0 untested$' "$tmp/1.out" "$(run "$clean" "$tmp/1.out")"
 
     # The real tree, copied, is the base of the faults below.
     local real=$tmp/real
