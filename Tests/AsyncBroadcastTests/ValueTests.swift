@@ -221,7 +221,7 @@ import Testing
 
     /// `==` decides, not the bits: a send equal by `==` but different in
     /// its other fields is no change.
-    // claims: VAL-EQUAL-KEEPS
+    // claims: VAL-EQUAL-NOT-CHANGE
     @Test func v3EqualityIsTheValuesOwnEquals() {
         let value = BroadcastValue(IdentifiedByID(id: 1, note: "a"))
         value.send(IdentifiedByID(id: 1, note: "b"))
@@ -421,6 +421,19 @@ import Testing
         value.update { $0 = Payload(51, counter) }
         #expect(counter.live == 1)
         #expect(value.value.value == 51)
+    }
+
+    /// When `==` does not compare everything, an equal `send` is dropped
+    /// (the current instance stays) and an equal `update` keeps what its
+    /// closure wrote; neither is a change.
+    // claims: VAL-EQUAL-KEEPS
+    @Test func anEqualSendKeepsTheCurrentInstanceAndAnEqualUpdateKeepsWhatItWrote() {
+        let value = BroadcastValue(IdentifiedByID(id: 1, note: "a"))
+        value.send(IdentifiedByID(id: 1, note: "b"))
+        #expect(value.value.note == "a", "an equal send replaced the current instance")
+        value.update { $0 = IdentifiedByID(id: 1, note: "c") }
+        #expect(value.value.note == "c", "an equal update did not keep what it wrote")
+        #expect(value.changeCount == 0)
     }
 
     /// "Newer" is a later change, not a different value: after `a` to `b`
