@@ -47,6 +47,26 @@
 #                        placement test (the `.lagged(n)` comes after the
 #                        element that follows the gap). Element counts and
 #                        droppedCount stay right: only the events' order shows it.
+#   EVICTION_COMPARES_HELD
+#                        the hard limit compares what a subscriber holds with
+#                        the limit instead of asking whether the send adds:
+#                        a lossy subscriber over-filled by replay is evicted
+#                        by a send its policy drops; caught by
+#                        CoreV6DefectTests.
+#   END_SKIPS_PENDING_LAG
+#                        an events reader that ended (evicted, cancelled, its
+#                        task cancelled) returns nil without its last gap;
+#                        caught by CoreV6DefectTests' last-gap tests.
+#   CANCELLED_SUBSCRIBE_GOES_LIVE
+#                        a subscribe from a cancelled task stores a new
+#                        generation as live and retires it after the shard
+#                        lock; caught by CoreV6DefectTests (a send and a real
+#                        subscriber in that window, through the test hook).
+#   SUBSCRIBE_IGNORES_FINISH
+#                        subscribe(to:) returns a subscriber whose generation
+#                        finish(topic:) retired before it returned; caught by
+#                        CoreV6DefectTests (a finish in the window, and in a
+#                        listener's register).
 #
 # Environment: TEST_FAULT_ATTEMPTS (faulted runs per fault, default 3).
 # Scratch: .build-fault-test-<name> (ignored by git). Exit status: 0 iff
@@ -67,6 +87,10 @@ pairs=(
     "LAG_MARKER_OFF_BY_ONE bufferingOldestPutsTheGapAfterWhatItHeldBeforeTheNextAccepted"
     # SHARING_RESTART_BEFORE_TAKEDOWN claims: LISTEN-RESTART-WAITS
     "SHARING_RESTART_BEFORE_TAKEDOWN aRestartWaitsForThePreviousTakeDownToReturn"
+    "EVICTION_COMPARES_HELD aReplayOverfilledLossySubscriberIsNotEvictedByASendThatAddsNothing"
+    "END_SKIPS_PENDING_LAG LastGapBeforeTheEnd"
+    "CANCELLED_SUBSCRIBE_GOES_LIVE aCancelledSubscribeLeavesNoWindowInWhichATopicKeepsSends"
+    "SUBSCRIBE_IGNORES_FINISH DoesNotEndTheNewSubscriber"
 )
 
 # The hand-off test caught the fault in every run seen, idle or loaded; the

@@ -36,6 +36,17 @@ extension BroadcastTopics {
     }
 }
 
+extension BroadcastTopics {
+    /// Runs `hook` inside every later `subscribe(to:)`, right after it has
+    /// released its shard lock: a test's send, subscribe or `finish(topic:)`
+    /// lands exactly in the window between the subscribe's registration and
+    /// its return. Call it before the topics are shared.
+    @_spi(Testing)
+    public func _runAfterSubscribeUnlocks(_ hook: @escaping @Sendable () -> Void) {
+        registry.afterSubscribeUnlock = hook
+    }
+}
+
 extension BroadcastSink {
     /// Which sequence (a topic's generation) and run this sink feeds.
     @_spi(Testing)

@@ -15,8 +15,10 @@ extension BroadcastSequence.Subscription {
     /// accepted; `.bufferingNewest` drops its oldest, so the gap comes just
     /// before the element that is now its oldest; capacity 0 drops when no
     /// reader waits, so the gap comes after what it holds. <!-- restates: EVENTS-GAP-CAPACITY-ZERO --> A gap still
-    /// pending at the end is delivered before the end; once the stream has
-    /// ended, the `.lagged` counts add up to ``droppedCount``. <!-- restates: EVENTS-LAGGED-SUM -->
+    /// pending at the end is delivered before the end, whatever ended it
+    /// (the sequence's end, an eviction, `cancel()`, the task's
+    /// cancellation); once the stream has ended, the `.lagged` counts add up
+    /// to ``droppedCount``. <!-- restates: EVENTS-LAGGED-SUM -->
     ///
     /// It is the same consumer as the subscription: iterating both at once
     /// traps (one consumer rule). Reading some elements with the plain

@@ -30,6 +30,7 @@ extension SubscriberCore {
     func pollEventClaimed(takeTerminal: Bool = true) -> EventPollOutcome<Element, Failure> {
         if ended.loadAcquire() != 0 {
             buffer.removeAllConsumerSide()
+            if let due = takeFinalLag() { return .event(.lagged(due)) }
             return .end
         }
         // First: once it is set, everything sent before the end is visible.
@@ -113,6 +114,32 @@ extension SubscriberCore {
         return due
     }
 
+    /// The gap still unreported when the subscriber has ended (evicted,
+    /// cancelled, its task cancelled), taken as reported: the end comes
+    /// after it, so that the `.lagged` counts add up to `droppedCount`.
+    /// `nil` if there is none. Exact: once `ended` is set no producer
+    /// counts a drop for it (an eviction marks it skipped first, `end()`
+    /// unregisters it first), and the acquire load sees every drop counted
+    /// before.
+    @inlinable
+    func takeFinalLag() -> Int? {
+        if Fault.endSkipsPendingLag { return nil }
+        let reported = lagReported.loadRelaxed()
+        let due = buffer.dropped.loadAcquire() - reported
+        guard due > 0 else { return nil }
+        lagReported.storeRelaxed(reported + due)
+        return due
+    }
+
+    /// The end of an events reader whose task was cancelled: it ends the
+    /// subscriber, then reports the gap still pending, if any, before `nil`
+    /// (the next call finds it ended and returns `nil`).
+    @inlinable
+    func endEventsByConsumer() -> BroadcastEvent<Element>? {
+        _ = endByConsumer()
+        return takeFinalLag().map { .lagged($0) }
+    }
+
     /// Whether the events reader has a gap left to report (it may be one
     /// still ahead of the reader: the look after waking sorts that out).
     @inlinable
@@ -125,8 +152,7 @@ extension SubscriberCore {
         guard claimConsumer() else { return nil }
         if checkCancellation && !ignoresTaskCancellation && Task.isCancelled {
             defer { releaseConsumer() }
-            _ = endByConsumer()
-            return nil
+            return endEventsByConsumer()
         }
         switch pollEventClaimed() {
         case .event(let event):
@@ -160,10 +186,7 @@ extension SubscriberCore {
                 self.parking.cancelHandler()
             }
             parking.unparked(parkedCount: storage?.parkedConsumers)
-            if parking.isCancelled {
-                _ = endByConsumer()
-                return nil
-            }
+            if parking.isCancelled { return endEventsByConsumer() }
             switch pollEventClaimed() {
             case .event(let event): return event
             case .end: return nil

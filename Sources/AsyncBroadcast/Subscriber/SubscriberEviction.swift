@@ -30,6 +30,14 @@ final class SubscriberEviction: @unchecked Sendable {
         self.now = now
     }
 
+    /// The same limits and clock, with nothing recorded: for a subscriber
+    /// made again after its first one was let go unseen (a topic's
+    /// `subscribe(to:)` that lost a race with `finish(topic:)`).
+    @usableFromInline
+    func renewed() -> SubscriberEviction {
+        SubscriberEviction(BroadcastEviction(hard: hard, soft: soft, softNanoseconds: softNanoseconds), now: now)
+    }
+
     /// `nil` for `.never`; the soft limit reads `ContinuousClock`.
     @usableFromInline
     static func make(_ limits: BroadcastEviction) -> SubscriberEviction? {
@@ -73,18 +81,26 @@ extension SubscriberCore: EvictedSubscriber {
     @inlinable
     func checkEviction(_ eviction: SubscriberEviction, adding: Int, effects: inout Effects<Element>) -> OfferOutcome? {
         if eviction.isEvicted { return .skipped }
-        // What it would hold after the send: the policy's drops and
-        // evictions do not make it hold more.
+        // The hard limit asks what the send does, not what the subscriber
+        // holds: the policy's drops and evictions do not make it hold more,
+        // so a lossy subscriber that replay over-filled past its capacity
+        // (and past the limit) is not ended by a send that adds nothing.
         let growthLimit = buffer.isBounded ? Int.max : buffer.limit
         var count = buffer.producerCountUpperBound()
-        func after(_ count: Int) -> Int { count >= growthLimit ? count : Swift.min(count &+ adding, growthLimit) }
-        let mayBeOver = after(count) > eviction.hard || count > eviction.soft
+        func growsPastHard(_ count: Int) -> Bool {
+            let after = count >= growthLimit ? count : Swift.min(count &+ adding, growthLimit)
+            return after > eviction.hard && (after > count || Fault.evictionComparesHeld)
+        }
+        // Conservative on the upper bound (the real count may be lower and
+        // still have room to grow).
+        let mayBeOver = Swift.min(count &+ adding, growthLimit) > eviction.hard || growsPastHard(count)
+            || count > eviction.soft
         if !mayBeOver {
             if eviction.overSince != nil { eviction.overSince = nil }
             return nil
         }
         count = buffer.producerCount()
-        var evict = after(count) > eviction.hard
+        var evict = growsPastHard(count)
         if !evict && count > eviction.soft {
             let now = eviction.now()
             let since = eviction.overSince ?? now

@@ -107,6 +107,53 @@ enum Fault {
         #endif
     }
 
+    /// The hard eviction limit compares what a subscriber holds after a send
+    /// with the limit, instead of asking whether the send made it hold more:
+    /// a lossy subscriber over-filled by replay is evicted by a send its
+    /// policy drops.
+    @inlinable static var evictionComparesHeld: Bool {
+        #if ASYNCBROADCAST_FAULT_EVICTION_COMPARES_HELD
+        return true
+        #else
+        return false
+        #endif
+    }
+
+    /// The events reader of a subscriber that ended (evicted, cancelled)
+    /// returns the end without the gap still pending: its `.lagged` counts
+    /// fall short of `droppedCount`.
+    @inlinable static var endSkipsPendingLag: Bool {
+        #if ASYNCBROADCAST_FAULT_END_SKIPS_PENDING_LAG
+        return true
+        #else
+        return false
+        #endif
+    }
+
+    /// A subscribe from a cancelled task creates the topic's generation,
+    /// stores it as live and retires it only after the shard lock is
+    /// released: a send in between fills its replay window, which a real
+    /// subscriber arriving then starts with.
+    @inlinable static var cancelledSubscribeGoesLive: Bool {
+        #if ASYNCBROADCAST_FAULT_CANCELLED_SUBSCRIBE_GOES_LIVE
+        return true
+        #else
+        return false
+        #endif
+    }
+
+    /// `subscribe(to:)` returns its subscriber without checking, once its
+    /// follow-up has run, that its generation is still the topic's live one:
+    /// a `finish(topic:)` in between leaves it on a generation no later send
+    /// reaches.
+    @inlinable static var subscribeIgnoresFinish: Bool {
+        #if ASYNCBROADCAST_FAULT_SUBSCRIBE_IGNORES_FINISH
+        return true
+        #else
+        return false
+        #endif
+    }
+
     /// A served `emit` reports success but delivers nothing.
     @inlinable static var dropEmit: Bool {
         #if ASYNCBROADCAST_FAULT_DROP_EMIT

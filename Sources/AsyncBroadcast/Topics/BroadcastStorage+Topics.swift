@@ -10,11 +10,11 @@ extension BroadcastStorage {
     /// Also tells whether the subscriber was registered (not when the
     /// sequence has finished, or the task is cancelled).
     @inlinable
-    func subscribeDeferringFollowUp(policy: BroadcastBufferingPolicy, eviction: SubscriberEviction? = nil)
+    func subscribeDeferringFollowUp(policy: BroadcastBufferingPolicy, eviction: SubscriberEviction? = nil,
+                                    fromCancelledTask: Bool = Task.isCancelled)
         -> (subscriber: SubscriberCore<Element, Failure>, registered: Bool, followUp: MembershipFollowUp?)
     {
         let subscriber = SubscriberCore<Element, Failure>(policy: policy, storage: self, eviction: eviction)
-        let fromCancelledTask = Task.isCancelled
         var registered = false
         let followUp: MembershipFollowUp? = withState(.registrant) { state, effects in
             let countBefore = state.subscribers.count

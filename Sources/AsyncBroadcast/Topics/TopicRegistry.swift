@@ -108,6 +108,10 @@ final class TopicRegistry<Topic: Hashable & Sendable, Element: Sendable, Failure
     @usableFromInline let handle = Handle()
     /// What `listenersStopped()` waits for.
     let activity: ListenerActivity
+    /// Tests only (`_runAfterSubscribeUnlocks`): runs in `subscribe(to:)`
+    /// right after its shard lock is released, where another thread's send,
+    /// subscribe or finish can come in. Set before the registry is shared.
+    @usableFromInline nonisolated(unsafe) var afterSubscribeUnlock: (@Sendable () -> Void)?
 
     @usableFromInline
     init(defaultPolicy: BroadcastBufferingPolicy, replay: Int, start: BroadcastStart? = nil,
@@ -242,24 +246,81 @@ final class TopicRegistry<Topic: Hashable & Sendable, Element: Sendable, Failure
     // MARK: Subscribing
 
     /// A subscriber of `topic`'s live generation (created if needed).
+    ///
+    /// Two rules close the windows between the shard lock and the return:
+    /// - A subscribe from a cancelled task (decided once, here) never
+    ///   creates a generation: with none live it gets a subscriber that ends
+    ///   at once. A generation stored as live for it and retired only after
+    ///   the lock was released would take sends into its replay window
+    ///   meanwhile, for a real subscriber arriving then to start with.
+    /// - The subscribe completes under the shard lock, after its follow-up
+    ///   (a listener's `register`) has run: if its generation is no longer
+    ///   the topic's live one (a `finish(topic:)` retired it) or has
+    ///   finished (its listener's `sink.finish()`), the subscriber is let go
+    ///   unseen and the subscribe starts again on the live generation. So a
+    ///   subscribe never returns a subscriber that a finish which began
+    ///   before its return has ended; a finish that takes the shard lock
+    ///   after this check ends it as it ends every subscriber of the topic.
     @inlinable
     func subscribe(to topic: Topic, policy: BroadcastBufferingPolicy,
                    eviction: SubscriberEviction? = nil) -> SubscriberCore<Element, Failure> {
         let shard = shard(for: topic)
-        shard.lock.lock()
-        if shard.isFinished {
+        let fromCancelledTask = Task.isCancelled
+        var eviction = eviction
+        while true {
+            shard.lock.lock()
+            if shard.isFinished {
+                shard.lock.unlock()
+                return endedSubscriber(policy: policy)
+            }
+            if fromCancelledTask && !Fault.cancelledSubscribeGoesLive {
+                // The live generation's replay window, then the end.
+                let live = shard.live[topic].flatMap { $0.hasFinished ? nil : $0 }
+                let subscriber = live?.subscribeDeferringFollowUp(policy: policy, eviction: eviction,
+                                                                   fromCancelledTask: true).subscriber
+                shard.lock.unlock()
+                afterSubscribeUnlock?()
+                return subscriber ?? cancelledSubscriber(policy: policy)
+            }
+            let (storage, retired) = generationForSubscriber(topic, in: shard)
+            let (subscriber, registered, followUp) = storage.subscribeDeferringFollowUp(
+                policy: policy, eviction: eviction, fromCancelledTask: fromCancelledTask)
             shard.lock.unlock()
-            return endedSubscriber(policy: policy)
+            afterSubscribeUnlock?()
+            if let followUp, !followUp.isEmpty { storage.apply(followUp) }
+            if let retired { generationChanged(retired, topic: topic) }
+            // A generation made for a subscriber that did not register (a
+            // cancelled task under the fault, or one its listener finished
+            // meanwhile) may be idle or stopped.
+            if !registered { generationChanged(storage, topic: topic) }
+            if fromCancelledTask || Fault.subscribeIgnoresFinish { return subscriber }
+            let isLive = registered && shard.lock.withLock { shard.live[topic] === storage && !storage.hasFinished }
+            if isLive { return subscriber }
+            // Finished before this subscribe completed: let it go (what it
+            // held was sent before the return, which a subscriber may miss)
+            // and join the topic's live generation, or start one.
+            subscriber.cancel()
+            eviction = eviction?.renewed()
         }
-        let (storage, retired) = generationForSubscriber(topic, in: shard)
-        let (subscriber, registered, followUp) = storage.subscribeDeferringFollowUp(policy: policy, eviction: eviction)
-        shard.lock.unlock()
-        if let followUp, !followUp.isEmpty { storage.apply(followUp) }
-        // A cancelled task's subscriber is not registered: a generation
-        // made for it alone is idle. A retired one may have stopped.
-        if !registered { generationChanged(storage, topic: topic) }
-        if let retired { generationChanged(retired, topic: topic) }
-        return subscriber
+    }
+
+    /// A subscribe from a cancelled task to a topic that is not live: a
+    /// subscriber that ends at once, of a sequence no registry holds.
+    @inlinable
+    func cancelledSubscriber(policy: BroadcastBufferingPolicy) -> SubscriberCore<Element, Failure> {
+        makeEndedStorage(.finished).subscribeDeferringFollowUp(policy: policy, fromCancelledTask: true).subscriber
+    }
+
+    /// A finished sequence that no registry holds, for subscribers that end
+    /// at once. With a listener it is a listener's sequence that never
+    /// starts: its subscribers' `upstreamReady()` is `false`, not the plain
+    /// `true`.
+    @inlinable
+    func makeEndedStorage(_ event: BroadcastState<Element, Failure>.Terminal) -> Storage {
+        let sharing = listener.map { _ in Sharing<Element, Failure>(start: .lazily, source: .listener { _ in {} }) }
+        let storage = Storage(defaultPolicy: defaultPolicy, replay: 0, sharing: sharing)
+        storage.finish(event)
+        return storage
     }
 
     /// After `finish`: a subscriber that ends at once, with the end.
@@ -334,12 +395,7 @@ final class TopicRegistry<Topic: Hashable & Sendable, Element: Sendable, Failure
     func finishAll(_ event: BroadcastState<Element, Failure>.Terminal) {
         let first: Bool = endLock.withLock {
             guard ended == nil else { return false }
-            // With a listener, a listener's sequence that never starts: its
-            // subscribers' `upstreamReady()` is `false`, not the plain `true`.
-            let sharing = listener.map { _ in Sharing<Element, Failure>(start: .lazily, source: .listener { _ in {} }) }
-            let storage = Storage(defaultPolicy: defaultPolicy, replay: 0, sharing: sharing)
-            storage.finish(event)
-            ended = storage
+            ended = makeEndedStorage(event)
             finishedFlag.storeRelease(1)
             return true
         }
