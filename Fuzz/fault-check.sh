@@ -20,27 +20,45 @@ only=("${@:2}")
 
 # fault            target  what it breaks
 checks=(
+    # MISCOUNT_EVICTION claims: SEQ-DROPPEDCOUNT-EXACT, SEQ-NEWEST-KEEPS-LAST
     "MISCOUNT_EVICTION seq   bufferingNewest eviction not counted in droppedCount"
+    # SKIP_WAKE claims: DRF-RESUME-ONCE
     "SKIP_WAKE         sched a parked consumer is never woken"
+    # LEAK_SUBSCRIBER claims: SEQ-END-WAYS
     "LEAK_SUBSCRIBER   seq   ended subscribers never leave the registry"
+    # LEAK_SUBSCRIBER claims: SEQ-END-WAYS
     "LEAK_SUBSCRIBER   sched ended subscribers never leave the registry"
+    # DROP_EMIT claims: SEQ-EMIT-CANCEL-NONE
     "DROP_EMIT         sched a served emit claims success but delivers nothing"
+    # VALUE_SKIP_WAKE claims: VAL-NEVER-TWICE, DRF-RESUME-ONCE
     "VALUE_SKIP_WAKE   value a BroadcastValue change never wakes its parked readers"
+    # VALUE_DUPLICATE claims: VAL-NEVER-TWICE
     "VALUE_DUPLICATE   value a BroadcastValue reader can return the same change twice"
+    # VALUE_EQUAL_IS_CHANGE claims: VAL-EQUAL-NOT-CHANGE
     "VALUE_EQUAL_IS_CHANGE value a BroadcastValue send or update that leaves the value equal is a change"
+    # SHARING_SKIP_STOP claims: SHARE-WHILE-SUBSCRIBED-STOP, SHARE-UNREGISTER-ONCE
     "SHARING_SKIP_STOP share a shared sequence never stops a run (no unregister, no task cancellation)"
+    # SHARING_STALE_DELIVERY claims: SHARE-STALE-SINK, SHARE-STOPPED-RUN
     "SHARING_STALE_DELIVERY share a stopped run's sink or upstream task still delivers"
+    # COUNTS_SKIP_REMOVAL claims: SEQ-COUNTS-FOLLOW
     "COUNTS_SKIP_REMOVAL share subscriberCounts misses the changes made by subscribers leaving"
+    # TOPIC_RETIRES_BUSY claims: TOPIC-SUBSCRIBE-LEAVE-RACE
     "TOPIC_RETIRES_BUSY topics a topic is dropped on a notice without checking that it is idle (a subscriber left on a sequence no send reaches)"
+    # TOPIC_STARTS_UNBLOCKED claims: TOPIC-REGISTER-ALTERNATE
     "TOPIC_STARTS_UNBLOCKED topics a topic's new generation registers its listener while the previous unregister runs"
 )
 
 # ordering          target  what it breaks (only those the target finds 3 runs out of 3)
 orderings=(
+    # popSkipsFence claims: SEQ-FINISH-IDLE-LEAVES
     "popSkipsFence     sched a consumer that takes its last element while finish() runs stays counted (Bug 2)"
+    # finishSkipsFence claims: SEQ-FINISH-IDLE-LEAVES, DRF-RESUME-ONCE
     "finishSkipsFence  sched finish() misses a reader about to park or a consumer taking its last element"
+    # wakeSkipsFence claims: DRF-RESUME-ONCE
     "wakeSkipsFence    sched a send looks for parked readers before its element is visible"
+    # cancelSkipsFence claims: SEQ-END-EFFECTS
     "cancelSkipsFence  sched cancel() looks for a parked reader before its end is visible"
+    # boundedHeadRelease claims: SEQ-EMIT-WAITS-WHILE-FULL
     "boundedHeadRelease sched a .bounded consumer's head store stays invisible to a waiting emitter"
 )
 

@@ -17,6 +17,7 @@
 # CLIENT_TSAN_ARGS (extra arguments for client-tsan, e.g. "--seed 42").
 # Build output and one log per run go to .build-client-tsan/.
 # Exit status: 0 iff the build and every run passed.
+# claims: DRF-CLIENT-TSAN, DRF-VOID-CONTINUATIONS
 set -uo pipefail
 cd "$(dirname "$0")/.."
 

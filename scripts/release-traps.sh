@@ -30,30 +30,42 @@ probe="$(swift build -c release --package-path "$package" --scratch-path "$scrat
 echo "    built in $(( $(date +%s) - build_start ))s"
 
 # case|fragment|fragment...  (every fragment must appear in the case's stderr)
+# claims: MISUSE-RELEASE-BUILDS
 expectations=(
+    # negative-replay claims: MISUSE-NEGATIVE-REPLAY
     "negative-replay|AsyncBroadcast misuse: replay must not be negative (got -1)"
+    # bounded-zero claims: MISUSE-BOUNDED-ZERO
     "bounded-zero|AsyncBroadcast misuse: |.bounded|at least 1"
     "bounded-zero-subscribe|AsyncBroadcast misuse: |.bounded|at least 1"
+    # negative-newest claims: MISUSE-NEGATIVE-CAPACITY
     "negative-newest|AsyncBroadcast misuse: |.bufferingNewest|must not be negative"
     "negative-oldest-subscribe|AsyncBroadcast misuse: |.bufferingOldest|must not be negative"
+    # concurrent-next claims: MISUSE-CONCURRENT-NEXT
     "concurrent-next|AsyncBroadcast misuse: concurrent next() calls on one Subscription"
+    # value-update-reentered claims: MISUSE-VALUE-REENTRY
     "value-update-reentered|AsyncBroadcast misuse: BroadcastValue called back from inside its own update body"
+    # value-equality-reentered claims: MISUSE-VALUE-REENTRY
     "value-equality-reentered|AsyncBroadcast misuse: BroadcastValue called back from inside its own update body or Value.=="
     "value-concurrent-next|AsyncBroadcast misuse: concurrent next() calls on one Subscription"
     "register-negative-replay|AsyncBroadcast misuse: replay must not be negative (got -1)"
     "upstream-negative-replay|AsyncBroadcast misuse: replay must not be negative (got -2)"
+    # negative-stop-after claims: MISUSE-NEGATIVE-STOPAFTER
     "negative-stop-after|AsyncBroadcast misuse: |whileSubscribed(stopAfter:) must not be negative"
     "topics-negative-replay|AsyncBroadcast misuse: replay must not be negative (got -3)"
     "topics-bounded-zero-subscribe|AsyncBroadcast misuse: subscribe(to:bufferingPolicy:)|.bounded|at least 1"
+    # batch-limit-zero claims: MISUSE-BATCH-LIMIT
     "batch-limit-zero|AsyncBroadcast misuse: next(upTo:into:) needs a limit of at least 1 (got 0)"
     "events-then-next|AsyncBroadcast misuse: concurrent next() calls on one Subscription"
     "events-batch-limit-zero|AsyncBroadcast misuse: next(upTo:into:) needs a limit of at least 1 (got 0)"
+    # eviction-hard-zero claims: EVICT-MISUSE-TRAPS
     "eviction-hard-zero|AsyncBroadcast misuse: hardLimit(_:) needs at least 1 unread element (got 0)"
     "eviction-soft-zero|AsyncBroadcast misuse: softLimit(_:for:) needs at least 1 unread element (got 0)"
     "eviction-limits-hard-zero|AsyncBroadcast misuse: limits(hard:soft:for:) needs a hard limit of at least 1 (got 0)"
     "eviction-limits-soft-zero|AsyncBroadcast misuse: limits(hard:soft:for:) needs a soft limit of at least 1 (got -1)"
+    # eviction-negative-duration claims: EVICT-MISUSE-TRAPS
     "eviction-negative-duration|AsyncBroadcast misuse: softLimit(_:for:) needs a duration of at least zero"
     "listen-negative-replay|AsyncBroadcast misuse: replay must not be negative (got -4)"
+    # topics-listen-negative-stop-after claims: MISUSE-NEGATIVE-STOPAFTER
     "topics-listen-negative-stop-after|AsyncBroadcast misuse: |whileSubscribed(stopAfter:) must not be negative"
 )
 

@@ -77,10 +77,15 @@ cd "$(dirname "$0")/.."
 pairs=(
     "UNFAIR_REGISTRATION RegistrationFairnessTests"
     "SENDERS_DO_NOT_ANNOUNCE anAnnouncedSenderGetsTheLockBeforeLaterRegistrants"
+    # TOPIC_RETIRES_BUSY claims: TOPIC-SUBSCRIBE-LEAVE-RACE
     "TOPIC_RETIRES_BUSY aSubscribeRacingTheLastCancelMissesNothingSentAfterIt"
+    # TOPIC_STARTS_UNBLOCKED claims: TOPIC-REGISTER-ALTERNATE
     "TOPIC_STARTS_UNBLOCKED TopicsListenerTests"
+    # TORN_BUFFERED_COUNT claims: SEQ-BUFFEREDCOUNT-IN-BOUNDS
     "TORN_BUFFERED_COUNT aSnapshotWhileTheReaderKeepsUpNeverExceedsWhatThePolicyAllows"
+    # LAG_MARKER_OFF_BY_ONE claims: EVENTS-GAP-OLDEST
     "LAG_MARKER_OFF_BY_ONE bufferingOldestPutsTheGapAfterWhatItHeldBeforeTheNextAccepted"
+    # SHARING_RESTART_BEFORE_TAKEDOWN claims: LISTEN-RESTART-WAITS
     "SHARING_RESTART_BEFORE_TAKEDOWN aRestartWaitsForThePreviousTakeDownToReturn"
     "EVICTION_COMPARES_HELD aReplayOverfilledLossySubscriberIsNotEvictedByASendThatAddsNothing"
     "END_SKIPS_PENDING_LAG LastGapBeforeTheEnd"

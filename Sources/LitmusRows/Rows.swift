@@ -211,6 +211,7 @@ let locked: [BroadcastBufferingPolicy] = [.bufferingNewest(4), .bufferingOldest(
 func makeRows() -> [Row] {
 var rows: [Row] = []
 
+// row-1 claims: DRF-RESUME-ONCE
 // Row 1: park / wake. A reader parks (counts itself, CAS to parked, fence,
 // looks at its buffer); a send publishes (tail store, fence) and looks at the
 // parked count and the park word.
@@ -238,6 +239,7 @@ for policy in lockFree + locked {
         }))
 }
 
+// row-2 claims: SEQ-FINISH-IDLE-LEAVES
 // Row 2: pop / finish (the drained subscriber that stayed counted). The
 // consumer takes its last element (head store, fence when drained, loads
 // terminalHint); `finish` stores terminalHint, fences, loads the head.
@@ -270,6 +272,7 @@ for policy in lockFree + [.bufferingNewest(4)] {
         }))
 }
 
+// row-3-4 claims: SEQ-FINISH-IDLE-LEAVES, SEQ-END-EFFECTS
 // Rows 3 and 4: a reader parks while `finish()` / `cancel()` runs. The
 // ending side stores terminalHint (and, for `cancel()`, `ended`), fences and
 // looks at the park word. (`cancel()`'s CAS on the consumer slot fails while
@@ -298,6 +301,7 @@ for (number, event, ordering) in [(3, "finish()", Ordering.finishSkipsFence), (4
     }
 }
 
+// row-5 claims: SEQ-EMIT-WAITS-WHILE-FULL
 // Row 5: a full `.bounded` subscriber's consumer / an emitter looking for
 // room. The consumer publishes its head (seq_cst) and loads the emitter flag
 // (seq_cst); the emitter stores the flag (seq_cst) and loads the head (seq_cst).
@@ -327,6 +331,7 @@ rows.append(Row(
             cleanup: { sequence.finish(); executor.runUntilIdle(); emitter = nil; _ = subscription })
     }))
 
+// row-6 claims: DRF-RESUME-ONCE
 // Row 6: BroadcastValue park / change. The reader joins the parked list under
 // the value's lock, parks, and looks again under the lock; a change updates
 // the version and wakes the list under the lock.
@@ -354,6 +359,7 @@ rows.append(Row(
             cleanup: { value.finish(); executor.runUntilIdle(); task = nil; _ = subscription })
     }))
 
+// row-7 claims: DRF-RESUME-ONCE
 // Row 7: BroadcastPromise waiter / completion, both under the promise's lock.
 rows.append(Row(
     number: 7, name: "promise wait / succeed", shown: [], notShown: [], lockOrdered: true,

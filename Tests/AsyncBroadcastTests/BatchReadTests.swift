@@ -4,6 +4,7 @@ import Testing
 
 /// `next(upTo:into:)`: waits only while nothing is ready, then takes what is
 /// buffered, up to the limit.
+// claims: SEQ-BATCH-READ
 @Suite struct BatchReadTests {
     @Test func takesWhatIsBufferedUpToTheLimitWithoutWaitingAgain() async throws {
         let sequence = BroadcastSequence(of: Int.self)
@@ -19,6 +20,7 @@ import Testing
         #expect(batch == [4, 5])
     }
 
+    // claims: SEQ-BATCH-READ
     @Test func waitsWhileNothingIsReadyThenTakesEverythingThatArrived() async throws {
         let sequence = BroadcastSequence(of: Int.self)
         let subscription = sequence.subscribe(bufferingPolicy: .bufferingNewest(8))
@@ -33,6 +35,7 @@ import Testing
         #expect(try await withDeadline("the batch") { await reader.value } == [1, 2, 3])
     }
 
+    // claims: SEQ-BATCH-READ-END
     @Test func returnsZeroAtTheEndAndAfterTheError() async throws {
         let sequence = BroadcastSequence(of: Int.self, throwing: TestError.self)
         let subscription = sequence.subscribe()
@@ -59,6 +62,7 @@ import Testing
         #expect(plain.subscriberCount == 0)
     }
 
+    // claims: SEQ-BATCH-READ-CANCEL
     @Test func aCancelledConsumersBatchEndsTheSubscriber() async throws {
         let sequence = BroadcastSequence(of: Int.self)
         let subscription = sequence.subscribe()
@@ -73,6 +77,7 @@ import Testing
         #expect(sequence.subscriberCount == 0)
     }
 
+    // claims: SEQ-BATCH-READ-CANCEL, SEQ-TASK-CANCEL-PARKED
     @Test func aParkedBatchReaderNoticesCancellationAtOnce() async throws {
         let sequence = BroadcastSequence(of: Int.self)
         let subscription = sequence.subscribe()
@@ -90,6 +95,7 @@ import Testing
     /// A batch from a full `.bounded` subscriber makes room as it goes: the
     /// waiting emitter is served inside the batch's first read, so the same
     /// batch takes its element too.
+    // claims: SEQ-BATCH-READ-BOUNDED
     @Test func aBatchFromAFullBoundedSubscriberReleasesTheEmitterAndTakesItsElement() async throws {
         let sequence = BroadcastSequence(of: Int.self)
         let newest = sequence.subscribe(bufferingPolicy: .bufferingNewest(2))

@@ -16,6 +16,7 @@ import Testing
     /// the old 64, so the ring grows inside the batch: every subscriber
     /// holds, drops and counts what one-by-one sends give, and the results
     /// add up the same.
+    // claims: SEQ-BATCH-AS-CONSECUTIVE
     @Test(arguments: [1, 3, 16, 17, 64, 65, 300])
     func aBatchEqualsConsecutiveSends(count: Int) {
         let batched = BroadcastSequence(of: Int.self)
@@ -44,6 +45,7 @@ import Testing
     /// Replay over-fills every subscriber (a window of 5, capacities up to
     /// 3): a batch then drops, evicts and counts as consecutive sends do,
     /// and every element it does not keep is released.
+    // claims: SEQ-BATCH-AS-CONSECUTIVE
     @Test(arguments: [1, 2, 5, 12])
     func aBatchAfterAnOverFillingReplayEqualsConsecutiveSends(count: Int) {
         let counter = LiveCounter()
@@ -75,6 +77,7 @@ import Testing
     }
 
     /// The totals per policy, spelled out for a batch of 10 after one element.
+    // claims: SEQ-BATCH-RESULT-SUM
     @Test func theResultCountsEveryElementOfEveryPolicy() {
         let sequence = BroadcastSequence(of: Int.self)
         let unbounded = sequence.subscribe()
@@ -141,6 +144,7 @@ import Testing
     /// A capacity-0 subscriber whose reader waits takes the first element of
     /// the batch; the reader has not run before the next one (the sequence
     /// lock is held throughout), so the rest is dropped.
+    // claims: SEQ-BATCH-CONCURRENT-READER
     @Test func aWaitingCapacityZeroReaderTakesTheFirstElementOfABatch() async throws {
         for policy in [BroadcastBufferingPolicy.bufferingNewest(0), .bufferingOldest(0)] {
             let sequence = BroadcastSequence(of: Int.self)
@@ -160,6 +164,7 @@ import Testing
     /// enqueued on its executor exactly once) and then reads the batch
     /// without suspending. Had the wake come before the batch was
     /// published, the reader would find it incomplete and suspend again.
+    // claims: SEQ-BATCH-ONE-WAKE
     @Test(arguments: [BroadcastBufferingPolicy.unbounded, .bufferingNewest(100)])
     func aParkedReaderIsWokenOncePerBatch(policy: BroadcastBufferingPolicy) async throws {
         let executor = WakeCountingExecutor()
@@ -199,6 +204,7 @@ import Testing
     ///   batch began, else nothing.
     /// Per element, a reader that popped (or parked again) between two
     /// elements made room for, or was handed, an element from the middle.
+    // claims: SEQ-BATCH-CONCURRENT-READER, SEQ-BATCH-ATOMIC
     @Test(arguments: [
         BroadcastBufferingPolicy.bufferingNewest(1), .bufferingNewest(0), .bufferingOldest(0),
         .bufferingOldest(1), .bufferingOldest(8), .bufferingNewest(8),

@@ -17,6 +17,7 @@ import Testing
         }
     }
 
+    // claims: SEQ-BUFFEREDCOUNT
     @Test(arguments: policies)
     func countsWhatIsUnreadAndFollowsEveryRead(policy: BroadcastBufferingPolicy) {
         let sequence = BroadcastSequence<Int, Never>()
@@ -34,6 +35,7 @@ import Testing
         #expect(left == 0)
     }
 
+    // claims: SEQ-BUFFEREDCOUNT
     @Test(arguments: policies)
     func isZeroOnceCancelledWhateverItHeld(policy: BroadcastBufferingPolicy) {
         let sequence = BroadcastSequence<Int, Never>()
@@ -43,6 +45,7 @@ import Testing
         #expect(subscription.bufferedCount == 0)
     }
 
+    // claims: SEQ-BUFFEREDCOUNT
     @Test func countsReplayAndWhatIsLeftAfterFinishThenZeroOnceTheEndIsTaken() {
         let sequence = BroadcastSequence<Int, Never>(replay: 3)
         for i in 1...5 { sequence.send(i) }
@@ -56,6 +59,7 @@ import Testing
         #expect(late.bufferedCount == 3)
     }
 
+    // claims: SEQ-BUFFEREDCOUNT
     @Test func isZeroOnceTheTaskCancellationIsNoticed() async throws {
         let sequence = BroadcastSequence<Int, Never>()
         let subscription = sequence.subscribe()
@@ -84,6 +88,7 @@ import Testing
     /// The last case reads under the sequence lock only (no lock-free try):
     /// the fallback for producers too fast for a lock-free snapshot.
     /// One case at a time: each keeps three threads busy for 2 s.
+    // claims: SEQ-BUFFEREDCOUNT-IN-BOUNDS
     @Test(.serialized, arguments: [
         (BroadcastBufferingPolicy.bufferingOldest(1), 0, false, 4),
         (.bufferingOldest(16), 0, false, 4),
@@ -164,6 +169,7 @@ import Testing
 
     /// While a producer sends and a reader reads, a snapshot is never
     /// negative and never more than what was sent.
+    // claims: SEQ-BUFFEREDCOUNT-IN-BOUNDS
     @Test func aSnapshotWhileSendingAndReadingStaysInBounds() async throws {
         let total = 20_000
         let sequence = BroadcastSequence<Int, Never>()

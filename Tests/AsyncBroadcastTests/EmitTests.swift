@@ -1,6 +1,7 @@
 import Testing
 @_spi(Testing) @testable import AsyncBroadcast
 
+// claims: SEQ-EMIT-WAITS-WHILE-FULL
 @Suite struct EmitTests {
     @Test func emitReturnsAtOnceWhenThereIsRoom() async throws {
         let sequence = BroadcastSequence(of: Int.self)
@@ -12,6 +13,7 @@ import Testing
         #expect(pollAll(other) == [1, 2])
     }
 
+    // claims: SEQ-EMIT-WAITS-WHILE-FULL, SEQ-BOUNDED-NEVER-DROPS
     @Test func emitWaitsWhileABoundedSubscriberIsFull() async throws {
         let sequence = BroadcastSequence(of: Int.self)
         let bounded = sequence.subscribe(bufferingPolicy: .bounded(2))
@@ -29,6 +31,7 @@ import Testing
         #expect(pollAll(watcher) == [3])
     }
 
+    // claims: SEQ-EMIT-WAITS-WHILE-FULL
     @Test func emitWaitsOnASubscriberThatSendOverFilled() async throws {
         let sequence = BroadcastSequence(of: Int.self)
         let bounded = sequence.subscribe(bufferingPolicy: .bounded(2))
@@ -43,6 +46,7 @@ import Testing
         #expect(pollAll(bounded) == [4, 5])
     }
 
+    // claims: SEQ-EMIT-WAITS-WHILE-FULL
     @Test func emitWaitsUntilEveryFullSubscriberHasRoom() async throws {
         let sequence = BroadcastSequence(of: Int.self)
         let subscribers = (0..<3).map { _ in sequence.subscribe(bufferingPolicy: .bounded(1)) }
@@ -87,6 +91,7 @@ import Testing
         #expect(bounded.droppedCount == 0)
     }
 
+    // claims: SEQ-EMIT-CANCEL-NONE
     @Test func cancelledWaitingEmitterThrowsAndNobodyReceives() async throws {
         let counter = LiveCounter()
         let sequence = BroadcastSequence(of: Payload.self)
@@ -105,6 +110,7 @@ import Testing
         #expect(counter.live == 0)
     }
 
+    // claims: SEQ-EMIT-CANCEL-NONE
     @Test func emitFromACancelledTaskThatMustWaitThrowsAtOnce() async throws {
         let sequence = BroadcastSequence(of: Int.self)
         let bounded = sequence.subscribe(bufferingPolicy: .bounded(1))
@@ -119,6 +125,7 @@ import Testing
         #expect(pollAll(bounded) == [0])
     }
 
+    // claims: SEQ-EMIT-RELEASED-BY-END, SEQ-END-EFFECTS
     @Test(arguments: ["cancel", "release", "taskCancel"])
     func aBoundedSubscriberThatEndsReleasesWaitingEmitters(how: String) async throws {
         let sequence = BroadcastSequence(of: Int.self)
@@ -152,6 +159,7 @@ import Testing
         _ = bounded
     }
 
+    // claims: SEQ-EMIT-FIFO
     @Test func waitingEmittersAreServedInArrivalOrder() async throws {
         let sequence = BroadcastSequence(of: Int.self)
         let bounded = sequence.subscribe(bufferingPolicy: .bounded(1))
@@ -170,6 +178,7 @@ import Testing
         for emitter in emitters { _ = try await withDeadline("emitter") { try await emitter.value } }
     }
 
+    // claims: SEQ-EMIT-RELEASED-BY-FINISH
     @Test func finishReleasesWaitingEmittersWithIsFinished() async throws {
         let sequence = BroadcastSequence(of: Int.self)
         let bounded = sequence.subscribe(bufferingPolicy: .bounded(1))
@@ -183,6 +192,7 @@ import Testing
         #expect(try await sequence.emit(2).isFinished)
     }
 
+    // claims: SEQ-EMIT-ONLY-BOUNDED, SEQ-SLOW-NEVER-AFFECTS-OTHERS
     @Test func emitWithoutBoundedSubscribersNeverWaits() async throws {
         let sequence = BroadcastSequence(of: Int.self)
         let subscription = sequence.subscribe(bufferingPolicy: .bufferingOldest(1))

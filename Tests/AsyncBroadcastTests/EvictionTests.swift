@@ -3,6 +3,7 @@ import Testing
 @_spi(Testing) @testable import AsyncBroadcast
 import AsyncBroadcastTestSupport
 
+// claims: EVICT-HARD, EVICT-ENDS-LIKE-CANCEL, EVICT-ISEVICTED
 @Suite struct EvictionTests {
     @Test func theSendThatWouldExceedTheHardLimitEndsTheSubscriber() async throws {
         let sequence = BroadcastSequence(of: Int.self)
@@ -21,6 +22,7 @@ import AsyncBroadcastTestSupport
         #expect(subscription.isEvicted)
     }
 
+    // claims: EVICT-HARD
     @Test func aReaderThatKeepsUpIsNeverEvicted() async throws {
         let sequence = BroadcastSequence(of: Int.self)
         let subscription = sequence.subscribe(eviction: .hardLimit(1))
@@ -31,6 +33,7 @@ import AsyncBroadcastTestSupport
         #expect(!subscription.isEvicted)
     }
 
+    // claims: EVICT-ENDS-LIKE-CANCEL, EVICT-IN-EVERY-SEND
     @Test(arguments: [BroadcastBufferingPolicy.unbounded, .bufferingNewest(8)])
     func aWaitingReaderIsWokenWithTheEnd(policy: BroadcastBufferingPolicy) async throws {
         let sequence = BroadcastSequence(of: Int.self)
@@ -55,6 +58,7 @@ import AsyncBroadcastTestSupport
         #expect(try await withDeadline("the woken events reader") { await reader.value } == [])
     }
 
+    // claims: EVICT-IN-EVERY-SEND
     @Test func emitEvictsToo() async throws {
         let sequence = BroadcastSequence(of: Int.self)
         let subscription = sequence.subscribe(eviction: .hardLimit(2))
@@ -65,6 +69,7 @@ import AsyncBroadcastTestSupport
         #expect(sequence.subscriberCount == 0)
     }
 
+    // claims: EVICT-ISEVICTED
     @Test func isEvictedIsFalseAfterCancelAndAfterFinish() async throws {
         let sequence = BroadcastSequence(of: Int.self)
         let cancelled = sequence.subscribe(eviction: .hardLimit(1))
@@ -78,6 +83,7 @@ import AsyncBroadcastTestSupport
         #expect(sequence.send(2).isFinished)
     }
 
+    // claims: EVICT-ENDS-LIKE-CANCEL, EVICT-BOUNDED-STOPS-GROWTH
     @Test func emittersWaitingOnAnEvictedBoundedSubscriberAreReleased() async throws {
         let sequence = BroadcastSequence(of: Int.self)
         let subscription = sequence.subscribe(bufferingPolicy: .bounded(2), eviction: .hardLimit(3))
@@ -94,6 +100,7 @@ import AsyncBroadcastTestSupport
         #expect(sequence.waitingEmitterCount == 0)
     }
 
+    // claims: EVICT-BATCH, EVICT-IN-EVERY-SEND
     @Test func aBatchThatWouldExceedTheLimitIsNotDeliveredToIt() async throws {
         let sequence = BroadcastSequence(of: Int.self)
         let subscription = sequence.subscribe(eviction: .hardLimit(4))
@@ -116,6 +123,7 @@ import AsyncBroadcastTestSupport
         #expect(try await drain(newest) == [9, 10])
     }
 
+    // claims: EVICT-IN-EVERY-SEND
     @Test func aListenersSinkEvicts() async throws {
         let sinks = Locked<[BroadcastSink<Int, Never>]>([])
         let sequence = BroadcastSequence<Int, Never>(started: .lazily) { sink in
@@ -132,6 +140,7 @@ import AsyncBroadcastTestSupport
         #expect(try await drain(subscription) == [])
     }
 
+    // claims: EVICT-ENDS-LIKE-CANCEL
     @Test func aTopicSubscriberIsEvictedAndTheTopicRetired() async throws {
         let topics = BroadcastTopics<String, Int, Never>()
         let member = topics.subscribe(to: "room", eviction: .hardLimit(2))
@@ -145,6 +154,7 @@ import AsyncBroadcastTestSupport
         #expect(try await drain(member) == [])
     }
 
+    // claims: EVICT-SOFT
     @available(macOS 13, iOS 16, tvOS 16, watchOS 9, *)
     @Test func theSoftLimitEvictsOnlyAfterItWasExceededAtEverySendForTheDuration() async throws {
         let clock = ManualClock()
@@ -165,6 +175,7 @@ import AsyncBroadcastTestSupport
         #expect(subscription.isEvicted)
     }
 
+    // claims: EVICT-BOTH
     @available(macOS 13, iOS 16, tvOS 16, watchOS 9, *)
     @Test func bothLimitsWhicheverComesFirst() async throws {
         let clock = ManualClock()
@@ -180,6 +191,7 @@ import AsyncBroadcastTestSupport
     /// A sender thread and a reader that stops reading: the sender evicts it
     /// while the reader may be anywhere (also under ThreadSanitizer); what it
     /// read is an in-order prefix, and exactly one send reports the eviction.
+    // claims: EVICT-ISEVICTED, EVICT-BOUNDED-STOPS-GROWTH
     @Test(arguments: [BroadcastBufferingPolicy.unbounded, .bounded(8), .bufferingNewest(64)])
     func aSenderThreadEvictsAReaderThatFallsBehind(policy: BroadcastBufferingPolicy) async throws {
         let sequence = BroadcastSequence(of: Int.self)
@@ -221,5 +233,63 @@ import AsyncBroadcastTestSupport
         #expect(received.count <= stopAt + 16)  // it read at most its limit past where it stopped
         #expect(received == Array(0..<received.count))
         #expect(try await drain(keeper).count == count)
+    }
+
+    /// The soft limit can come first: over 1 unread element at every send
+    /// for 10 s ends the subscriber long before its hard limit of 100.
+    // claims: EVICT-BOTH, EVICT-SOFT
+    @available(macOS 13, iOS 16, tvOS 16, watchOS 9, *)
+    @Test func bothLimitsTheSoftOneFirst() async throws {
+        let clock = ManualClock()
+        let sequence = BroadcastSequence(of: Int.self)
+        let subscription = sequence.subscribe(eviction: .limits(hard: 100, soft: 1, for: .seconds(10)), clock: clock)
+        for value in 1...3 { #expect(sequence.send(value).evicted == 0) }  // the third finds it over 1: the time starts
+        clock.advance(by: .seconds(10))
+        #expect(sequence.send(4) == BroadcastSendResult(evicted: 1))
+        #expect(subscription.isEvicted)
+    }
+
+    /// An evicted subscriber's reader gets the end, never the sequence's
+    /// error, even once the sequence has failed; a subscriber ended by its
+    /// task's cancellation is not evicted, and later sends skip it.
+    // claims: EVICT-ENDS-LIKE-CANCEL, EVICT-ISEVICTED
+    @Test func anEvictedReaderGetsTheEndNeverTheErrorAndATaskCancellationIsNoEviction() async throws {
+        let sequence = BroadcastSequence(of: Int.self, throwing: TestError.self)
+        let evicted = sequence.subscribe(eviction: .hardLimit(1))
+        let cancelled = sequence.subscribe(eviction: .hardLimit(1))
+        let cancelledRead = try await withDeadline("a read from a cancelled task") {
+            try await Task { () async throws -> Int? in
+                withUnsafeCurrentTask { $0?.cancel() }
+                var iterator = cancelled.makeAsyncIterator()
+                return try await iterator.next()
+            }.value
+        }
+        #expect(cancelledRead == nil)
+        #expect(sequence.send(1) == BroadcastSendResult(delivered: 1))
+        #expect(sequence.send(2) == BroadcastSendResult(evicted: 1))
+        sequence.finish(throwing: TestError(code: 7))
+        var iterator = evicted.makeAsyncIterator()
+        #expect(try await iterator.next() == nil, "an evicted reader got an element or the error")
+        #expect(try await iterator.next() == nil)
+        #expect(evicted.isEvicted)
+        #expect(!cancelled.isEvicted, "a task's cancellation counted as an eviction")
+    }
+
+    /// Elements of an upstream are checked against the limits as they are
+    /// delivered, as any send's: the third element ends a subscriber with a
+    /// hard limit of 2 that reads nothing.
+    // claims: EVICT-IN-EVERY-SEND
+    @available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *)
+    @Test func anUpstreamsElementEvicts() async throws {
+        let feed = Feed(of: Never.self)
+        let shared = BroadcastSequence<Int, Never>(started: .lazily) { feed.make() }
+        let subscription = shared.subscribe(eviction: .hardLimit(2))
+        let keeper = shared.subscribe()
+        let run = try await feed.waitForRun(1)
+        run.send(contentsOf: 1...3)
+        try await waitUntil("the upstream's third element evicts it") { subscription.isEvicted }
+        #expect(shared.subscriberCount == 1)
+        #expect(try await take(3, from: keeper) == [1, 2, 3])
+        #expect(try await drain(subscription) == [])
     }
 }

@@ -1,6 +1,7 @@
 import Testing
 @_spi(Testing) @testable import AsyncBroadcast
 
+// claims: SEQ-FINISH-DRAIN-THEN-END, SEQ-FINISH-REFUSES
 @Suite struct FinishTests {
     @Test func subscribersDrainTheirBufferThenEnd() async throws {
         let sequence = BroadcastSequence(of: Int.self)
@@ -13,6 +14,7 @@ import Testing
         #expect(await iterator.next() == nil)
     }
 
+    // claims: SEQ-FINISH-DRAIN-THEN-END
     @Test func finishThrowingThrowsOnceAfterTheBufferThenNil() async throws {
         let sequence = BroadcastSequence(of: Int.self, throwing: TestError.self)
         let subscription = sequence.subscribe()
@@ -25,6 +27,7 @@ import Testing
         #expect(try await iterator.next() == nil)
     }
 
+    // claims: SEQ-FINISH-FIRST-WINS
     @Test func firstFinishWins() async throws {
         let sequence = BroadcastSequence(of: Int.self, throwing: TestError.self)
         let subscription = sequence.subscribe()
@@ -42,6 +45,7 @@ import Testing
         await #expect(throws: TestError(code: 3)) { _ = try await failingIterator.next() }
     }
 
+    // claims: SEQ-FINISH-IDLE-LEAVES
     @Test func finishWakesParkedConsumers() async throws {
         let sequence = BroadcastSequence(of: Int.self, throwing: TestError.self)
         let subscriptions = (0..<4).map { _ in sequence.subscribe() }
@@ -63,6 +67,7 @@ import Testing
         #expect(sequence.subscriberCount == 0)
     }
 
+    // claims: SEQ-COUNT-FINISHED, SEQ-FINISH-REFUSES
     @Test func sendAfterFinishReportsIsFinished() async throws {
         let sequence = BroadcastSequence(of: Int.self)
         let subscription = sequence.subscribe()
@@ -72,6 +77,7 @@ import Testing
         #expect(try await drain(subscription) == [])
     }
 
+    // claims: SEQ-UNREGISTERED-SUBSCRIBE
     @Test func subscribingAfterFinishEndsAtOnce() async throws {
         let sequence = BroadcastSequence(of: Int.self)
         sequence.send(1)
@@ -81,6 +87,7 @@ import Testing
         #expect(try await drain(subscription) == [])
     }
 
+    // claims: SEQ-DEINIT-FINISHES
     @Test func lastReferenceGoingAwayFinishesAndWakesWaitingConsumers() async throws {
         var sequence: BroadcastSequence<Int, Never>? = BroadcastSequence(of: Int.self)
         let subscription = sequence!.subscribe()
@@ -91,6 +98,7 @@ import Testing
         #expect(try await withDeadline("consumer ended by deinit") { try await reader.value } == [1])
     }
 
+    // claims: SEQ-FINISH-IDLE-LEAVES
     @Test func finishedSubscribersCountUntilDrained() async throws {
         let sequence = BroadcastSequence(of: Int.self)
         let subscription = sequence.subscribe()
@@ -108,6 +116,7 @@ import Testing
 
     /// A subscriber that holds nothing when the sequence finishes has ended:
     /// it leaves the count at once, iterated or not, parked or not.
+    // claims: SEQ-FINISH-IDLE-LEAVES
     @Test(arguments: [
         BroadcastBufferingPolicy.unbounded, .bounded(2), .bufferingOldest(2), .bufferingNewest(2), .bufferingNewest(0),
     ])

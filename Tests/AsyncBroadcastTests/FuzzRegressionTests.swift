@@ -20,6 +20,7 @@ import Testing
     /// unread elements". The library never marks a subscriber that replay
     /// filled as full (`BroadcastState.subscribe` ignores `offer`'s
     /// `.deliveredFull`), so the emit delivers at once and `s` holds 3.
+    // claims: SEQ-REPLAY-OVERFILL-FULL
     @Test func replayOverfilledBoundedSubscriberMakesEmitWait() async {
         let (waitingEmitters, emitDone, finalResult) = await onOwnThread { () -> (Int, Bool, BroadcastSendResult?) in
             let executor = ManualExecutor()
@@ -57,6 +58,7 @@ import Testing
     /// `nil`, also for throwing sequences)". The cancellation came first, but
     /// `endForTaskCancellation` keeps the `.failed` terminal that `finish`
     /// stored meanwhile.
+    // claims: SEQ-TASK-CANCEL-NO-ERROR
     @Test func readerCancelledWhileParkedGetsNilWhenTheSequenceFailsBeforeItRuns() async {
         let outcome = await onOwnThread { () -> String in
             let executor = ManualExecutor()
@@ -98,6 +100,7 @@ import Testing
     /// `subscriberCount`)"; `droppedCount` "counts exactly the elements this
     /// subscriber's policy dropped". Either `s` goes on receiving, or it
     /// leaves the registry.
+    // claims: SEQ-TASK-CANCEL-PARKED
     @Test func readerCancelledAfterItWasResumedDoesNotLeaveADeafSubscriber() async {
         let (first, count, result) = await onOwnThread { () -> (String, Int, BroadcastSendResult) in
             let executor = ManualExecutor()
@@ -129,6 +132,7 @@ import Testing
     /// `ASYNCBROADCAST_FAULT_MISCOUNT_EVICTION` (found by fuzz-seq): an
     /// eviction must count in `droppedCount` whatever the ring's allocation,
     /// including when it equals the limit (1, 2, 4, 8, 16) and capacity 0.
+    // claims: SEQ-DROPPEDCOUNT-EXACT
     @Test(arguments: [0, 1, 2, 3, 4, 5, 8, 9, 16, 17, 33])
     func bufferingNewestCountsEveryEviction(capacity: Int) {
         let sequence = BroadcastSequence(of: Int.self)
@@ -148,6 +152,7 @@ import Testing
     /// Same, with replay over-filling a `.bufferingNewest` subscriber
     /// (fuzz-seq's minimal program): the whole window arrives, then each
     /// send evicts the oldest and counts it.
+    // claims: SEQ-REPLAY-OVERFILL-FULL, SEQ-DROPPEDCOUNT-EXACT
     @Test func bufferingNewestCountsEvictionsAfterReplayOverFill() {
         let sequence = BroadcastSequence(of: Int.self, replay: 3)
         for value in 1...3 { sequence.send(value) }
@@ -196,6 +201,7 @@ import Testing
 
     /// `ASYNCBROADCAST_FAULT_LEAK_SUBSCRIBER` (found by fuzz-seq and by
     /// LeakSanitizer): every way of ending leaves the registry at once.
+    // claims: SEQ-END-WAYS
     @Test func everyWayOfEndingLeavesTheRegistry() async {
         let counts = await onOwnThread { () -> [Int] in
             let executor = ManualExecutor()
@@ -232,6 +238,7 @@ import Testing
 
     /// `ASYNCBROADCAST_FAULT_DROP_EMIT`: an emit that waited for room, then
     /// was served, reaches every subscriber (all or nothing).
+    // claims: SEQ-EMIT-CANCEL-NONE
     @Test func servedEmitReachesEverySubscriber() async {
         let (waitedFirst, emitResult, bounded, other) = await onOwnThread {
             () -> (Int, BroadcastSendResult?, [Int], [Int]) in

@@ -46,6 +46,7 @@ import Testing
     // the fix the subscriber stayed counted in about 1 of 200,000 rounds; with
     // POP_SKIPS_FENCE compiled in, this test saw 1-3 failures per 300,000-round
     // debug run on the project's 2-core x86 VM.
+    // claims: SEQ-FINISH-IDLE-LEAVES
     @Test(arguments: [BroadcastBufferingPolicy.unbounded, .bounded(4), .bufferingOldest(4), .bufferingNewest(4)])
     func lastPopRacesFinish(policy: BroadcastBufferingPolicy) async throws {
         let outcome = try await onThread("row 2") {
@@ -66,6 +67,7 @@ import Testing
     }
 
     // Rows 1, 3, 4: a reader parks while a send, `finish()` or `cancel()` runs.
+    // claims: DRF-RESUME-ONCE
     @Test(arguments: [BroadcastBufferingPolicy.unbounded, .bounded(4), .bufferingNewest(4)])
     func parkRacesSendFinishAndCancel(policy: BroadcastBufferingPolicy) async throws {
         for (row, event) in [(1, "send"), (3, "finish()"), (4, "cancel()")] {
@@ -119,6 +121,7 @@ import Testing
 
     // Rows 6 and 7: a `BroadcastValue` reader parks while the value changes;
     // a `BroadcastPromise` waiter parks while it is completed.
+    // claims: DRF-RESUME-ONCE
     @Test func valueAndPromiseWaitersRaceTheirWakers() async throws {
         for row in [6, 7] {
             let outcome = try await onThread("row \(row)") {

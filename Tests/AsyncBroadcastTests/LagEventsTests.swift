@@ -41,6 +41,7 @@ private func checkGapsExact(_ events: [BroadcastEvent<Int>], first: Int, last: I
     #expect(last + 1 - expected == lagSinceElement, "\(last + 1 - expected) missing at the end, \(lagSinceElement) reported")
 }
 
+// claims: EVENTS-GAP-OLDEST
 @Suite struct LagEventsTests {
     @Test func bufferingOldestPutsTheGapAfterWhatItHeldBeforeTheNextAccepted() async throws {
         let sequence = BroadcastSequence(of: Int.self)
@@ -56,6 +57,7 @@ private func checkGapsExact(_ events: [BroadcastEvent<Int>], first: Int, last: I
         #expect(subscription.droppedCount == 3)
     }
 
+    // claims: EVENTS-GAP-NEWEST
     @Test func bufferingNewestPutsTheGapBeforeTheElementNowOldest() async throws {
         let sequence = BroadcastSequence(of: Int.self)
         let subscription = sequence.subscribe(bufferingPolicy: .bufferingNewest(2))
@@ -71,6 +73,7 @@ private func checkGapsExact(_ events: [BroadcastEvent<Int>], first: Int, last: I
         #expect(subscription.droppedCount == 3)
     }
 
+    // claims: EVENTS-GAP-CAPACITY-ZERO
     @Test func capacityZeroPutsTheGapAfterWhatItHolds() async throws {
         // Replay gives the capacity-0 subscriber something to hold.
         let sequence = BroadcastSequence(of: Int.self, replay: 2)
@@ -97,6 +100,7 @@ private func checkGapsExact(_ events: [BroadcastEvent<Int>], first: Int, last: I
         #expect(subscription.droppedCount == 3)
     }
 
+    // claims: EVENTS-GAP-CAPACITY-ZERO
     @Test func capacityZeroReportsADropAtOnceToTheNextRead() async throws {
         let sequence = BroadcastSequence(of: Int.self, bufferingPolicy: .bufferingNewest(0))
         let subscription = sequence.subscribe()
@@ -105,6 +109,7 @@ private func checkGapsExact(_ events: [BroadcastEvent<Int>], first: Int, last: I
         #expect(await iterator.next() == .lagged(1))
     }
 
+    // claims: EVENTS-GAP-BATCH
     @Test func aBatchSendPutsTheGapWhereConsecutiveSendsWould() async throws {
         let sequence = BroadcastSequence(of: Int.self)
         let oldest = sequence.subscribe(bufferingPolicy: .bufferingOldest(2))
@@ -144,6 +149,7 @@ private func checkGapsExact(_ events: [BroadcastEvent<Int>], first: Int, last: I
         #expect(outcome.1 == TestError(code: 7))
     }
 
+    // claims: EVENTS-SWITCH
     @Test func plainReadsThenEventsReportThePassedGapAtTheFirstEventsRead() async throws {
         let sequence = BroadcastSequence(of: Int.self)
         let subscription = sequence.subscribe(bufferingPolicy: .bufferingOldest(2))
@@ -155,6 +161,7 @@ private func checkGapsExact(_ events: [BroadcastEvent<Int>], first: Int, last: I
         #expect(try await drainEvents(subscription) == [.lagged(1), .element(4)])
     }
 
+    // claims: EVENTS-LAGGED-WHERE-DROPPED
     @Test func noDropsMeansNoLagEvents() async throws {
         let sequence = BroadcastSequence(of: Int.self)
         let subscription = sequence.subscribe(bufferingPolicy: .bufferingOldest(8))
@@ -166,6 +173,7 @@ private func checkGapsExact(_ events: [BroadcastEvent<Int>], first: Int, last: I
     /// A sender thread and a reader of events, for each dropping policy:
     /// every gap is reported exactly where the missing integers are, and the
     /// lags add up to `droppedCount` (also under ThreadSanitizer).
+    // claims: EVENTS-LAGGED-WHERE-DROPPED, EVENTS-BATCH-READ
     @Test(arguments: [BroadcastBufferingPolicy.bufferingOldest(4), .bufferingNewest(4), .bufferingOldest(0), .bufferingNewest(0)])
     func gapsAreExactWhileASenderThreadRaces(policy: BroadcastBufferingPolicy) async throws {
         let count = 20_000

@@ -3,6 +3,7 @@ import Testing
 
 /// The events view is the subscription's one consumer, and eviction limits
 /// below 1 are programmer errors: each traps with a message naming it.
+// claims: EVENTS-SWITCH, MISUSE-CONCURRENT-NEXT
 @Suite struct LagEvictionMisuseTests {
     @Test func eventsWhilePlainNextIsParkedTraps() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
@@ -20,6 +21,7 @@ import Testing
         expectMessage(result, "AsyncBroadcast misuse: concurrent next() calls on one Subscription")
     }
 
+    // claims: EVENTS-SWITCH, MISUSE-CONCURRENT-NEXT
     @Test func plainNextWhileEventsAreParkedTraps() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             let sequence = BroadcastSequence(of: Int.self)
@@ -36,6 +38,7 @@ import Testing
         expectMessage(result, "AsyncBroadcast misuse: concurrent next() calls on one Subscription")
     }
 
+    // claims: MISUSE-BATCH-LIMIT
     @Test func anEventsBatchLimitBelowOneTraps() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             let subscription = BroadcastSequence(of: Int.self).subscribe()
@@ -46,6 +49,7 @@ import Testing
         expectMessage(result, "next(upTo:into:) needs a limit of at least 1 (got 0)")
     }
 
+    // claims: EVICT-MISUSE-TRAPS
     @Test func aHardLimitBelowOneTraps() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             _ = BroadcastEviction.hardLimit(0)
@@ -53,6 +57,7 @@ import Testing
         expectMessage(result, "hardLimit(_:) needs at least 1 unread element (got 0)")
     }
 
+    // claims: EVICT-MISUSE-TRAPS
     @available(macOS 13, iOS 16, tvOS 16, watchOS 9, *)
     @Test func aSoftLimitBelowOneOrANegativeDurationTraps() async {
         let unread = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {

@@ -1,6 +1,7 @@
 import Testing
 @_spi(Testing) @testable import AsyncBroadcast
 
+// claims: SEQ-END-WAYS, SEQ-CANCEL-IDEMPOTENT
 @Suite struct LifecycleTests {
     @Test func subscriberCountReturnsToZeroAfterCancel() {
         let sequence = BroadcastSequence(of: Int.self)
@@ -12,6 +13,7 @@ import Testing
         #expect(sequence.send(1).delivered == 0)
     }
 
+    // claims: SEQ-END-WAYS
     @Test func subscriberCountReturnsToZeroWhenAnUnreadSubscriptionIsDropped() {
         let sequence = BroadcastSequence(of: Int.self)
         do {
@@ -22,6 +24,7 @@ import Testing
         #expect(sequence.subscriberCount == 0)
     }
 
+    // claims: SEQ-END-WAYS
     @Test func iteratorKeepsTheSubscriptionAlive() async {
         let sequence = BroadcastSequence(of: Int.self)
         var iterator = sequence.subscribe().makeAsyncIterator()
@@ -32,6 +35,7 @@ import Testing
         #expect(sequence.subscriberCount == 0)
     }
 
+    // claims: SEQ-END-WAYS, SEQ-TASK-CANCEL-ENDS, SEQ-TASK-CANCEL-PARKED
     @Test func subscriberCountReturnsToZeroAfterTaskCancellation() async throws {
         let sequence = BroadcastSequence(of: Int.self)
         let subscription = sequence.subscribe()
@@ -42,6 +46,7 @@ import Testing
         #expect(sequence.subscriberCount == 0)
     }
 
+    // claims: SEQ-END-EFFECTS
     @Test func cancelWakesAParkedConsumerWithNil() async throws {
         let sequence = BroadcastSequence(of: Int.self, throwing: TestError.self)
         let subscription = sequence.subscribe()
@@ -54,6 +59,7 @@ import Testing
         #expect(try await withDeadline("woken by cancel()") { try await consumer.value } == nil)
     }
 
+    // claims: SEQ-END-EFFECTS
     @Test func cancelFreesTheBufferAtOnce() {
         let counter = LiveCounter()
         let sequence = BroadcastSequence(of: Payload.self)
@@ -78,6 +84,7 @@ import Testing
         #expect(counter.live == 0)
     }
 
+    // claims: SEQ-TASK-CANCEL-NO-ERROR
     @Test func nextFromACancelledTaskReturnsNilAlsoForThrowingSequences() async throws {
         let sequence = BroadcastSequence(of: Int.self, throwing: TestError.self)
         let subscription = sequence.subscribe()
@@ -93,6 +100,7 @@ import Testing
         #expect(sequence.send(1).delivered == 0)
     }
 
+    // claims: SEQ-TASK-CANCEL-ENDS, SEQ-TASK-CANCEL-NO-ERROR
     @Test func taskCancellationEndsTheSubscriberLikeCancel() async throws {
         // Noticed on the first call: what it held is discarded, it leaves
         // the count at once, and `next()` returns nil.
@@ -115,6 +123,7 @@ import Testing
 
     /// A consumer cancelled mid-stream receives at most 31 more elements,
     /// however many are sent after the cancellation.
+    // claims: SEQ-TASK-CANCEL-32
     @Test(arguments: [0, 1, 5, 31, 32, 33, 40])
     func taskCancellationIsNoticedWithin32Calls(readBeforeCancel: Int) async throws {
         let sequence = BroadcastSequence(of: Int.self)
@@ -141,6 +150,7 @@ import Testing
         #expect(sequence.send(0).delivered == 0)
     }
 
+    // claims: SEQ-END-ISOLATED, SEQ-END-EFFECTS
     @Test func anEndedSubscriberNeverAffectsOthers() async throws {
         let sequence = BroadcastSequence(of: Int.self)
         let leaving = sequence.subscribe(bufferingPolicy: .bounded(1))
@@ -159,8 +169,71 @@ import Testing
         #expect(sequence.send(1).delivered == 64)
         for reader in readers { #expect(try await reader.value == [1]) }
     }
+
+    /// Elements the library lets go of (evicted by `.bufferingNewest`,
+    /// dropped by `.bufferingOldest`, discarded by `cancel()`, pushed out of
+    /// the replay window) are released after its lock: each one's deinit
+    /// sends into the same sequence, which would deadlock under the lock. On
+    /// a thread of its own, so a deadlock fails at the deadline.
+    // claims: DRF-NO-USER-CODE-UNDER-LOCK
+    @Test func anElementsDeinitRunsAfterTheLockAndMayUseTheSequence() async throws {
+        typealias Broadcast = BroadcastSequence<SendsOnRelease, Never>
+        let seen = try await onThread("releases whose deinit sends into the sequence") { () -> [[Int]] in
+            func ids(_ subscription: Broadcast.Subscription) -> [Int] { pollAll(subscription).map(\.id) }
+            var seen: [[Int]] = []
+            // Evicted: the deinit's send evicts the element that evicted it.
+            let evicting = Broadcast()
+            let evictingTarget = WeakBox(evicting)
+            let newest = evicting.subscribe(bufferingPolicy: .bufferingNewest(1))
+            evicting.send(SendsOnRelease(1, sendsOnDeinit: 100, into: evictingTarget))
+            evicting.send(SendsOnRelease(2, sendsOnDeinit: nil, into: evictingTarget))
+            seen.append(ids(newest))
+            // Dropped by a capacity-0 subscriber with no reader: so is the deinit's.
+            let dropping = Broadcast()
+            let droppingTarget = WeakBox(dropping)
+            let oldest = dropping.subscribe(bufferingPolicy: .bufferingOldest(0))
+            dropping.send(SendsOnRelease(3, sendsOnDeinit: 200, into: droppingTarget))
+            seen.append([oldest.droppedCount])
+            // Discarded by cancel(): the deinit's send reaches the subscriber left.
+            let discarding = Broadcast()
+            let discardingTarget = WeakBox(discarding)
+            let cancelled = discarding.subscribe()
+            discarding.send(SendsOnRelease(4, sendsOnDeinit: 300, into: discardingTarget))
+            let watcher = discarding.subscribe()
+            cancelled.cancel()
+            seen.append(ids(watcher))
+            // Pushed out of the replay window, with nobody subscribed.
+            let replaying = Broadcast(replay: 1)
+            let replayingTarget = WeakBox(replaying)
+            replaying.send(SendsOnRelease(5, sendsOnDeinit: 400, into: replayingTarget))
+            replaying.send(SendsOnRelease(6, sendsOnDeinit: nil, into: replayingTarget))
+            seen.append(ids(replaying.subscribe()))
+            return seen
+        }
+        #expect(seen == [[100], [2], [300], [400]], "the deinits' sends did not arrive as ordinary sends after the releases")
+    }
 }
 
 extension BroadcastSequence.Subscription.PollResult {
     var isEnd: Bool { if case .end = self { return true } else { return false } }
+}
+
+/// An element whose deinit sends a new element into the sequence that
+/// released it (weakly referenced: no cycle).
+final class SendsOnRelease: Sendable {
+    let id: Int
+    let replacement: Int?
+    let target: WeakBox<BroadcastSequence<SendsOnRelease, Never>>
+
+    init(_ id: Int, sendsOnDeinit replacement: Int?, into target: WeakBox<BroadcastSequence<SendsOnRelease, Never>>) {
+        self.id = id
+        self.replacement = replacement
+        self.target = target
+    }
+
+    deinit {
+        if let replacement, let sequence = target.object {
+            sequence.send(SendsOnRelease(replacement, sendsOnDeinit: nil, into: target))
+        }
+    }
 }

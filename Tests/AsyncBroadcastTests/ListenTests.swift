@@ -62,6 +62,7 @@ import Testing
         try await withDeadline("upstreamStopped()") { await shared.upstreamStopped() }
     }
 
+    // claims: LISTEN-TAKEDOWN
     @available(macOS 13, iOS 16, tvOS 16, watchOS 9, *)
     @Test func listenRunsAtTheFirstSubscriberAndItsTakeDownAtTheStop() async throws {
         let listener = Listener()
@@ -79,6 +80,7 @@ import Testing
         #expect(listener.state.value.sinks[0].send(8).delivered == 0, "a stopped listener's sink still delivers")
     }
 
+    // claims: LISTEN-RESTART-WAITS
     @available(macOS 13, iOS 16, tvOS 16, watchOS 9, *)
     @Test func aRestartWaitsForThePreviousTakeDownToReturn() async throws {
         let listener = Listener()
@@ -104,6 +106,7 @@ import Testing
         #expect(listener.takeDowns == 2)
     }
 
+    // claims: LISTEN-STOP-DURING-LISTEN
     @available(macOS 13, iOS 16, tvOS 16, watchOS 9, *)
     @Test func aStopDuringASlowListenCancelsItAndTakesItDownWhenItReturns() async throws {
         let listener = Listener()
@@ -124,6 +127,7 @@ import Testing
         #expect(state.sinks[0].send(1).delivered == 0)
     }
 
+    // claims: LISTEN-UPSTREAM-STOPPED
     @Test func upstreamStoppedReturnsAfterFinishOnceTheTakeDownReturned() async throws {
         let listener = Listener()
         let gate = BroadcastPromise<Void, Never>()
@@ -143,6 +147,7 @@ import Testing
         await Shared().upstreamStopped()
     }
 
+    // claims: LISTEN-TAKEDOWN
     @Test func theListenersOwnFinishTakesItDown() async throws {
         let listener = Listener()
         let shared = Shared(listen: listener.listen)
@@ -155,6 +160,7 @@ import Testing
         #expect(listener.takeDowns == 1)
     }
 
+    // claims: LISTEN-UPSTREAM-STOPPED
     @Test func upstreamStoppedCancelledReturns() async throws {
         let listener = Listener()
         let shared = Shared(started: .eagerly, listen: listener.listen)
@@ -168,6 +174,7 @@ import Testing
         try await stopped(shared)
     }
 
+    // claims: LISTEN-RESTART-WAITS, READY-TRUE
     @available(macOS 13, iOS 16, tvOS 16, watchOS 9, *)
     @Test func subscribersComingAndGoingAlwaysFindTheirRegistrationReadyAndListenersNeverOverlap() async throws {
         let listener = Listener()
@@ -197,6 +204,7 @@ import Testing
 
     // MARK: Topics
 
+    // claims: TOPIC-LISTEN-SERIAL
     @available(macOS 13, iOS 16, tvOS 16, watchOS 9, *)
     @Test func aTopicsNextListenWaitsForItsPreviousTakeDown() async throws {
         let listener = Listener()
@@ -234,6 +242,7 @@ import Testing
         #expect(listener.state.value.active == 0)
     }
 
+    // claims: TOPIC-REGISTER-LIFECYCLE
     @available(macOS 13, iOS 16, tvOS 16, watchOS 9, *)
     @Test func aTopicsTakeDownRunsStopAfterTheLastSubscriberLeft() async throws {
         let clock = ManualClock()
@@ -251,6 +260,7 @@ import Testing
         try await waitUntil("the topic retired") { topics.topicCount == 0 }
     }
 
+    // claims: TOPIC-LISTENERS-STOPPED
     @available(macOS 13, iOS 16, tvOS 16, watchOS 9, *)
     @Test func listenersStoppedWaitsForATopicLetGoByFinish() async throws {
         let listener = Listener()

@@ -5,6 +5,7 @@ import Testing
 /// tests run the debug build; `scripts/release-traps.sh` checks the same
 /// messages in a release (`-O`) build, where `precondition` would print
 /// nothing.
+// claims: MISUSE-NEGATIVE-REPLAY
 @Suite struct MisuseTests {
     @Test func negativeReplayTraps() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
@@ -13,6 +14,7 @@ import Testing
         expectMessage(result, "AsyncBroadcast misuse: replay must not be negative (got -1)")
     }
 
+    // claims: MISUSE-BOUNDED-ZERO
     @Test func boundedZeroTraps() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             _ = BroadcastSequence(of: Int.self, bufferingPolicy: .bounded(0))
@@ -24,6 +26,7 @@ import Testing
         expectMessage(subscribing, "AsyncBroadcast misuse: subscribe(bufferingPolicy:): .bounded capacity must be at least 1 (got 0)")
     }
 
+    // claims: MISUSE-NEGATIVE-CAPACITY
     @Test func negativeCapacityTraps() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             _ = BroadcastSequence(of: Int.self, bufferingPolicy: .bufferingNewest(-1))
@@ -35,6 +38,7 @@ import Testing
         expectMessage(subscribing, "AsyncBroadcast misuse: subscribe(bufferingPolicy:): .bufferingOldest capacity must not be negative (got -2)")
     }
 
+    // claims: MISUSE-BATCH-LIMIT
     @Test func aBatchReadWithALimitBelowOneTraps() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             let sequence = BroadcastSequence(of: Int.self)
@@ -45,6 +49,7 @@ import Testing
         expectMessage(result, "AsyncBroadcast misuse: next(upTo:into:) needs a limit of at least 1 (got 0)")
     }
 
+    // claims: MISUSE-NEGATIVE-REPLAY
     @Test func topicsMisuseTraps() async {
         let replay = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             _ = BroadcastTopics<String, Int, Never>(replay: -3)
@@ -57,6 +62,7 @@ import Testing
     }
 
     /// A second consumer while the first is parked.
+    // claims: MISUSE-CONCURRENT-NEXT
     @Test func concurrentNextWhileTheFirstIsParkedTraps() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             let sequence = BroadcastSequence(of: Int.self)
@@ -78,6 +84,7 @@ import Testing
     /// (it still holds the consumer slot). A check made only when parking
     /// lets this one through: it must trap on entry, before it takes the
     /// element meant for the first.
+    // claims: MISUSE-CONCURRENT-NEXT
     @Test func concurrentNextBeforeTheFirstRunsAgainTraps() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             let executor = ManualExecutor()

@@ -9,6 +9,7 @@ import Testing
 @Suite struct PromiseTests {
     // MARK: P1 — first succeed/fail wins
 
+    // claims: PROM-FIRST-WINS
     @Test func p1FirstSucceedWins() async throws {
         let promise = BroadcastPromise(of: Int.self, throwing: TestError.self)
         #expect(promise.succeed(1))
@@ -18,6 +19,7 @@ import Testing
         #expect(try await promise.value == 1)
     }
 
+    // claims: PROM-FIRST-WINS
     @Test func p1FirstFailWins() async throws {
         let promise: BroadcastPromise<Int, TestError> = BroadcastPromise(throwing: TestError.self)  // `of:` defaulted
         #expect(promise.fail(TestError(code: 1)))
@@ -39,6 +41,7 @@ import Testing
 
     /// succeed and fail race from 8 threads, with waiters parked before and
     /// arriving after: one wins, and every waiter sees its result.
+    // claims: PROM-FIRST-WINS
     @Test func p1SucceedAndFailRacingFromEightThreadsExactlyOneWins() async throws {
         for round in 0..<200 {
             let promise = BroadcastPromise<Int, TestError>()
@@ -66,6 +69,7 @@ import Testing
 
     // MARK: P2 — result never suspends: nil until completed
 
+    // claims: PROM-RESULT
     @Test func p2ResultIsNilUntilCompleted() async throws {
         let promise = BroadcastPromise<String, TestError>()
         #expect(promise.result == nil)
@@ -79,6 +83,7 @@ import Testing
 
     // MARK: P3 — value
 
+    // claims: PROM-VALUE-AT-ONCE
     @Test func p3ACompletedPromiseAnswersAtOnceEvenInACancelledTask() async throws {
         let succeeded = BroadcastPromise<Int, TestError>()
         succeeded.succeed(5)
@@ -94,6 +99,7 @@ import Testing
         #expect(b == .failure(TestError(code: 6)))
     }
 
+    // claims: PROM-SAME-RESULT
     @Test func p3EveryWaiterGetsTheSameResult() async throws {
         let counter = LiveCounter()
         let promise = BroadcastPromise<Payload, Never>()
@@ -108,6 +114,7 @@ import Testing
         #expect(promise.waiterCount == 0)
     }
 
+    // claims: PROM-SAME-RESULT
     @Test func p3WaitersGetTheFailure() async throws {
         let promise = BroadcastPromise<Int, TestError>()
         let waiters = (0..<8).map { _ in Task { await outcome(of: promise) } }
@@ -118,6 +125,7 @@ import Testing
         }
     }
 
+    // claims: PROM-CANCEL
     @Test func p3AWaiterWhoseTaskIsCancelledThrowsCancellationErrorAndIsForgotten() async throws {
         let promise = BroadcastPromise<Int, TestError>()
         let staying = Task { await outcome(of: promise) }
@@ -131,6 +139,7 @@ import Testing
         #expect(try await withDeadline("staying waiter") { await staying.value } == .success(3))
     }
 
+    // claims: PROM-CANCEL
     @Test func p3AnAlreadyCancelledTaskThrowsAtOnceAndNeverWaits() async throws {
         let promise = BroadcastPromise<Int, TestError>()
         let result = try await withDeadline("cancelled task") {
@@ -145,6 +154,7 @@ import Testing
     }
 
     /// A Never-failing promise's value throws only CancellationError.
+    // claims: PROM-SAME-RESULT
     @Test func p3ValueThrowsOnlyCancellationErrorWhenFailureIsNever() async throws {
         let promise = BroadcastPromise<Int, Never>()
         let waiter = Task { () -> String in
@@ -157,6 +167,7 @@ import Testing
 
     /// Cancellation racing completion: each waiter gets the value or
     /// CancellationError, never hangs, and nothing is left in the table.
+    // claims: PROM-CANCEL, DRF-RESUME-ONCE
     @Test func p3CancellationRacingCompletion() async throws {
         for round in 0..<300 {
             let promise = BroadcastPromise<Int, TestError>()
@@ -183,6 +194,7 @@ import Testing
     /// completed promise answers even a cancelled task. (Completing and
     /// then cancelling run in this order on one thread; the waiter may be
     /// anywhere between entering the table and suspending.)
+    // claims: PROM-VALUE-AT-ONCE
     @Test func p3AWaiterCancelledAfterCompletionGetsTheResult() async throws {
         var cancelledRounds: [Int] = []
         for round in 0..<300 {
@@ -228,6 +240,7 @@ import Testing
 
     // MARK: P5 — lifetime: a waiter keeps the promise alive; no leak, no cycle
 
+    // claims: PROM-LIFETIME
     @Test func p5AWaiterKeepsThePromiseAliveUntilItsTaskIsCancelled() async throws {
         let weak = WeakBox<BroadcastPromise<Int, Never>>()
         let waiter: Task<Int, any Error>
@@ -244,6 +257,7 @@ import Testing
         try await waitUntil("promise freed after its only waiter left") { weak.isNil }
     }
 
+    // claims: PROM-LIFETIME
     @Test func p5APromiseWithNoWaitersIsFreed() {
         let weak = WeakBox<BroadcastPromise<Int, TestError>>()
         do {
@@ -253,6 +267,7 @@ import Testing
         #expect(weak.isNil)
     }
 
+    // claims: PROM-LIFETIME
     @Test func p5ACompletedPromiseIsFreedWithItsValue() async throws {
         let counter = LiveCounter()
         let weak = WeakBox<BroadcastPromise<Payload, Never>>()
@@ -270,6 +285,7 @@ import Testing
 
     /// A promise whose cancelled waiters have all left is freed, although
     /// it was never completed.
+    // claims: PROM-LIFETIME
     @Test func p5AnUncompletedPromiseIsFreedOnceItsCancelledWaitersLeave() async throws {
         let weak = WeakBox<BroadcastPromise<Int, TestError>>()
         let waiters: [Task<PromiseOutcome<Int>, Never>]

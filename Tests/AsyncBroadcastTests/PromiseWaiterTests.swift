@@ -5,6 +5,7 @@ import Testing
 /// SEMANTICS P4 (and P3's "forgotten"): many waiters, O(1) removal of
 /// cancelled ones, storage that does not grow with them, resumption
 /// outside the lock.
+// claims: PROM-MANY-WAITERS, PROM-SAME-RESULT
 @Suite struct PromiseWaiterTests {
     @Test func p4OneHundredThousandWaitersAllGetTheValue() async throws {
         let waiterCount = 100_000
@@ -33,6 +34,7 @@ import Testing
 
     /// Rounds of waiters that all cancel: each round empties the table, and
     /// the table does not grow with rounds.
+    // claims: PROM-NO-GROWTH
     @Test func p4CancelledWaitersAreForgottenAndTheTableDoesNotGrow() async throws {
         let promise = BroadcastPromise<Int, TestError>()
         let perRound = 200
@@ -61,6 +63,7 @@ import Testing
     /// Waiters that stay while others come and cancel around them (removal
     /// from the middle of the table): the staying ones all get the value,
     /// and the table stays bounded by the most waiters there were at once.
+    // claims: PROM-NO-GROWTH
     @Test func p4RemovingCancelledWaitersKeepsTheOthers() async throws {
         let promise = BroadcastPromise<Int, TestError>()
         var staying: [Task<PromiseOutcome<Int>, Never>] = []
@@ -93,6 +96,7 @@ import Testing
     /// Waiters are resumed after the promise's lock is released: the
     /// executor's enqueue (run inside the resume, on the completing thread)
     /// takes the lock again. Under the lock it would deadlock.
+    // claims: PROM-RESUME-OUTSIDE-LOCK, DRF-NO-USER-CODE-UNDER-LOCK
     @Test func p4WaitersAreResumedOutsideTheLock() async throws {
         let executor = ManualExecutor()
         let promise = BroadcastPromise<Int, TestError>()

@@ -4,6 +4,7 @@ import Testing
 /// Races the events that can resume a parked consumer or a waiting emitter.
 /// Each round must end (a lost wake-up trips the deadline) and the runtime
 /// traps if a continuation is resumed twice. Run under TSan in CI.
+// claims: SEQ-CANCEL-IDEMPOTENT, DRF-RESUME-ONCE
 @Suite struct RaceTests {
     @Test(arguments: [BroadcastBufferingPolicy.unbounded, .bufferingNewest(2), .bounded(1)])
     func wakeCancelFinishAndCancelRaceOnAParkedConsumer(policy: BroadcastBufferingPolicy) async throws {
@@ -32,6 +33,7 @@ import Testing
         }
     }
 
+    // claims: SEQ-EMIT-CANCEL-NONE, DRF-RESUME-ONCE
     @Test func emitterCancellationRacesItsRelease() async throws {
         for round in 0..<200 {
             let counter = LiveCounter()

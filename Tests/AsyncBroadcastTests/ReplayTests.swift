@@ -1,6 +1,7 @@
 import Testing
 @_spi(Testing) @testable import AsyncBroadcast
 
+// claims: SEQ-REPLAY-WINDOW
 @Suite struct ReplayTests {
     @Test func newSubscriberStartsWithTheLastKElements() {
         let sequence = BroadcastSequence(of: Int.self, replay: 3)
@@ -10,12 +11,14 @@ import Testing
         #expect(pollAll(subscription) == [3, 4, 5, 6])
     }
 
+    // claims: SEQ-REPLAY-WINDOW
     @Test func replayShorterThanWindow() {
         let sequence = BroadcastSequence(of: Int.self, replay: 10)
         sequence.send(1)
         #expect(pollAll(sequence.subscribe()) == [1])
     }
 
+    // claims: SEQ-REPLAY-THEN-END, SEQ-UNREGISTERED-SUBSCRIBE
     @Test func replayThenTerminalAfterFinish() async throws {
         let sequence = BroadcastSequence(of: Int.self, throwing: TestError.self, replay: 2)
         for i in 1...3 { sequence.send(i) }
@@ -29,6 +32,7 @@ import Testing
 
     /// The whole window, whatever the policy; the policy governs what comes
     /// after: an over-filled subscriber counts as full.
+    // claims: SEQ-REPLAY-NOT-CUT, SEQ-REPLAY-OVERFILL-FULL
     @Test(arguments: [
         (BroadcastBufferingPolicy.bufferingNewest(0), [Int](), 1),
         (.bufferingOldest(0), [], 1),
@@ -57,6 +61,7 @@ import Testing
     }
 
     /// A `.bounded` subscriber over-filled by replay makes `emit` wait.
+    // claims: SEQ-REPLAY-OVERFILL-FULL, SEQ-EMIT-WAITS-WHILE-FULL
     @Test func replayOverFillingABoundedSubscriberMakesEmitWait() async throws {
         let sequence = BroadcastSequence(of: Int.self, replay: 3)
         for i in 1...3 { sequence.send(i) }
@@ -71,6 +76,7 @@ import Testing
         #expect(pollAll(subscription) == [3, 4])
     }
 
+    // claims: SEQ-NOTHING-BEFORE-SUBSCRIBE
     @Test func replayZeroKeepsNothing() {
         let sequence = BroadcastSequence(of: Int.self)
         sequence.send(1)

@@ -6,6 +6,7 @@ import Testing
 @Suite struct ReplayableTests {
     typealias Shared = BroadcastSequence<Int, Never>
 
+    // claims: SEQ-OUT-OF-BAND-NOT-REPLAYED
     @Test func anOutOfBandElementIsDeliveredButNotReplayed() {
         let shared = Shared(replay: 2)
         let current = shared.subscribe()
@@ -16,6 +17,7 @@ import Testing
         #expect(pollAll(shared.subscribe()) == [1, 3])
     }
 
+    // claims: SEQ-OUT-OF-BAND-NOT-REPLAYED
     @Test func theWindowKeepsWhatItHad() {
         let shared = Shared(replay: 1)
         shared.send(1)
@@ -32,6 +34,7 @@ import Testing
         #expect(shared.send(1, replayable: false).isFinished)
     }
 
+    // claims: SEQ-OUT-OF-BAND-NOT-REPLAYED
     @Test func aSinksOutOfBandElementIsNotReplayed() {
         let sink = Locked<BroadcastSink<Int, Never>?>(nil)
         let shared = Shared(replay: 4, started: .eagerly) { newSink in
@@ -46,6 +49,7 @@ import Testing
         #expect(pollAll(shared.subscribe()) == [1, 2])
     }
 
+    // claims: SEQ-OUT-OF-BAND-NOT-REPLAYED
     @Test func aTopicsOutOfBandElementIsNotReplayed() {
         let topics = BroadcastTopics<String, Int, Never>(replay: 2)
         let current = topics.subscribe(to: "a")

@@ -15,6 +15,7 @@ import Testing
         #expect(try await readerB.value == ["hello", "world", "!"])
     }
 
+    // claims: SEQ-END-ISOLATED
     @Test func oneSubscriberLeavesEarlyWhileTheOtherContinues() async throws {
         let channel = BroadcastSequence(of: String.self)
         let early = channel.subscribe()
@@ -57,6 +58,7 @@ import Testing
         #expect(try await consumerA.value == Array(1...20))
     }
 
+    // claims: SEQ-UNREGISTERED-SUBSCRIBE
     @Test func subscribingFromACancelledTaskEndsAtOnce() async throws {
         let channel = BroadcastSequence(of: Int.self)
         let values = try await withDeadline("subscription from cancelled task") {
@@ -72,6 +74,7 @@ import Testing
         #expect(channel.send(1).delivered == 0)
     }
 
+    // claims: SEQ-UNREGISTERED-SUBSCRIBE
     @Test func subscribingFromACancelledTaskStillYieldsReplay() async throws {
         let channel = BroadcastSequence(of: Int.self, replay: 2)
         channel.send(1); channel.send(2); channel.send(3)
@@ -117,6 +120,7 @@ import Testing
         }
     }
 
+    // claims: SEQ-REPLAY-THEN-END
     @Test func replayedFailureReachesLateWaiters() async throws {
         let ready = BroadcastSequence(of: Void.self, throwing: TestError.self, replay: 1)
         ready.finish(throwing: TestError(code: 7))

@@ -1,6 +1,7 @@
 import Testing
 @_spi(Testing) @testable import AsyncBroadcast
 
+// claims: SEQ-NOTHING-BEFORE-SUBSCRIBE
 @Suite struct SendTests {
     @Test func subscriberReceivesOnlyElementsSentAfterSubscribing() {
         let sequence = BroadcastSequence(of: Int.self)
@@ -11,6 +12,7 @@ import Testing
         #expect(pollAll(subscription) == [2, 3])
     }
 
+    // claims: SEQ-SUBSCRIBE-REGISTERS
     @Test func subscribeRegistersImmediatelyEvenIfNeverIterated() {
         let sequence = BroadcastSequence(of: Int.self)
         let subscription = sequence.subscribe()
@@ -20,6 +22,7 @@ import Testing
         #expect(pollAll(subscription) == [42])
     }
 
+    // claims: SEQ-NIL-POLICY-DEFAULT
     @Test func nilPolicyMeansTheSequenceDefault() {
         let sequence = BroadcastSequence(of: Int.self, bufferingPolicy: .bufferingOldest(1))
         let subscription = sequence.subscribe(bufferingPolicy: nil)
@@ -28,6 +31,7 @@ import Testing
         #expect(pollAll(subscription) == [1])
     }
 
+    // claims: SEQ-LOOP-OWN-SUBSCRIBER
     @Test func eachForAwaitLoopIsItsOwnSubscriber() async throws {
         let sequence = BroadcastSequence(of: Int.self)
         var first = sequence.makeAsyncIterator()
@@ -38,6 +42,7 @@ import Testing
         #expect(await second.next() == 7)
     }
 
+    // claims: SEQ-OLDEST-KEEPS-FIRST, SEQ-COUNT-DROPPED, SEQ-DROPPEDCOUNT-EXACT
     @Test func bufferingOldestCountsDroppedOnly() {
         let sequence = BroadcastSequence(of: Int.self)
         let subscription = sequence.subscribe(bufferingPolicy: .bufferingOldest(2))
@@ -48,6 +53,7 @@ import Testing
         #expect(pollAll(subscription) == [1, 2])
     }
 
+    // claims: SEQ-NEWEST-KEEPS-LAST, SEQ-COUNT-DROPPED, SEQ-DROPPEDCOUNT-EXACT
     @Test func bufferingNewestCountsDeliveredAndDropped() {
         let sequence = BroadcastSequence(of: Int.self)
         let subscription = sequence.subscribe(bufferingPolicy: .bufferingNewest(2))
@@ -60,6 +66,7 @@ import Testing
 
     /// Crosses the ring's power-of-two boundaries many times, reading in
     /// between, and checks droppedCount against a plain model.
+    // claims: SEQ-OLDEST-KEEPS-FIRST, SEQ-NEWEST-KEEPS-LAST, SEQ-DROPPEDCOUNT-EXACT
     @Test(arguments: [1, 2, 3, 4, 5, 7, 8, 9, 16, 17])
     func dropCountsAcrossRingWrapAround(capacity: Int) {
         for newest in [true, false] {
@@ -92,6 +99,7 @@ import Testing
         }
     }
 
+    // claims: SEQ-CAPACITY-ZERO, SEQ-COUNT-DROPPED
     @Test func capacityZeroDropsUnlessAReaderWaits() async throws {
         for policy in [BroadcastBufferingPolicy.bufferingNewest(0), .bufferingOldest(0)] {
             let sequence = BroadcastSequence(of: Int.self)
@@ -108,6 +116,7 @@ import Testing
         }
     }
 
+    // claims: SEQ-BOUNDED-NEVER-DROPS, SEQ-COUNT-DELIVERED, SEQ-NO-LOSS
     @Test func fullBoundedSubscriberStillGetsSentElements() {
         let sequence = BroadcastSequence(of: Int.self)
         let subscription = sequence.subscribe(bufferingPolicy: .bounded(2))
@@ -120,6 +129,7 @@ import Testing
 
     /// Interleaves sends and reads so the lock-free buffer wraps around its
     /// segments and grows while partly read, for each lock-free policy.
+    // claims: SEQ-NO-LOSS, SEQ-OLDEST-KEEPS-FIRST
     @Test(arguments: [BroadcastBufferingPolicy.unbounded, .bounded(3), .bounded(100), .bufferingOldest(70), .bufferingOldest(1000)])
     func lockFreeBufferWrapsAndGrowsWithoutLoss(policy: BroadcastBufferingPolicy) {
         let sequence = BroadcastSequence(of: Int.self)
@@ -148,6 +158,7 @@ import Testing
         #expect(subscription.droppedCount == modelDropped)
     }
 
+    // claims: SEQ-UNBOUNDED-KEEPS-ALL, SEQ-NO-LOSS
     @Test func unboundedLosesNothingAcrossGrowth() {
         let sequence = BroadcastSequence(of: Int.self)
         let subscription = sequence.subscribe()
@@ -156,6 +167,7 @@ import Testing
         #expect(subscription.droppedCount == 0)
     }
 
+    // claims: SEQ-COUNT-DELIVERED, SEQ-COUNT-DROPPED, SEQ-SLOW-NEVER-AFFECTS-OTHERS
     @Test func sendCountsAcrossMixedSubscribers() {
         let sequence = BroadcastSequence(of: Int.self)
         let subscriptions = [
@@ -169,6 +181,7 @@ import Testing
         #expect(subscriptions.map(\.droppedCount) == [0, 1, 1, 0])
     }
 
+    // claims: SEQ-ORDER-SAME
     @Test func elementsArriveInOrderNeverTwice() async throws {
         let sequence = BroadcastSequence(of: Int.self)
         let subscription = sequence.subscribe()
@@ -178,6 +191,7 @@ import Testing
         #expect(try await reader.value == Array(0..<5_000))
     }
 
+    // claims: SEQ-ORDER-SAME
     @Test func fourConcurrentProducersGiveEverySubscriberTheSameOrder() async throws {
         let sequence = BroadcastSequence(of: Int.self)
         let subscriptions = (0..<3).map { _ in sequence.subscribe() }
@@ -201,6 +215,7 @@ import Testing
         }
     }
 
+    // claims: SEQ-SEND-NEVER-WAITS, SEQ-SLOW-NEVER-AFFECTS-OTHERS
     @Test func sendNeverSuspendsAndNeverWaitsOnAConsumer() {
         // A synchronous context: send compiles and returns without a reader.
         let sequence = BroadcastSequence(of: Int.self)

@@ -4,6 +4,7 @@ import Testing
 
 /// `send(contentsOf:)`: SHARING 13. Test names start with the sentence
 /// they check.
+// claims: SEQ-BATCH-AS-CONSECUTIVE
 @Suite struct SharingBatchTests {
     @Test func s13ElementsArriveInOrder() {
         let sequence = BroadcastSequence(of: Int.self)
@@ -16,6 +17,7 @@ import Testing
 
     /// The result is the sum of what the same elements sent one by one
     /// would have returned, per policy.
+    // claims: SEQ-BATCH-RESULT-SUM
     @Test func s13TheResultSumsDeliveredAndDroppedOverTheElements() {
         func make() -> BroadcastSequence<Int, Never> { BroadcastSequence(of: Int.self) }
         let policies: [BroadcastBufferingPolicy] = [.unbounded, .bufferingNewest(1), .bufferingOldest(1), .bounded(1)]
@@ -39,6 +41,7 @@ import Testing
         #expect(batched.send(contentsOf: []) == BroadcastSendResult())
     }
 
+    // claims: SEQ-BATCH-RESULT-SUM
     @Test func s13AfterFinishNothingIsDeliveredAndTheResultIsFinished() {
         let sequence = BroadcastSequence(of: Int.self)
         let subscription = sequence.subscribe()
@@ -52,6 +55,7 @@ import Testing
 
     /// Two threads send tagged batches at once: every subscriber sees each
     /// batch whole, never another producer's element inside it.
+    // claims: SEQ-BATCH-ATOMIC
     @Test func s13NoOtherProducersElementLandsInsideABatch() async throws {
         let batchSize = 16
         let batches = 300
@@ -89,6 +93,7 @@ import Testing
         }
     }
 
+    // claims: SEQ-BATCH-NO-USER-CODE-UNDER-LOCK
     @Test func s13ALazySequenceIsGatheredFirst() {
         let sequence = BroadcastSequence(of: Int.self)
         let subscription = sequence.subscribe()
@@ -102,6 +107,7 @@ import Testing
     /// A sequence whose iterator reads and sends into the same broadcast
     /// sequence: that runs before the lock is taken, so it neither
     /// deadlocks nor traps, and what it sent comes first.
+    // claims: SEQ-BATCH-NO-USER-CODE-UNDER-LOCK, DRF-NO-USER-CODE-UNDER-LOCK
     @Test func s13ASequenceThatCallsBackIntoTheSequenceDoesNotDeadlock() async throws {
         let sequence = BroadcastSequence(of: Int.self)
         let subscription = sequence.subscribe()

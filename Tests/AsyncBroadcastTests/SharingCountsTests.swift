@@ -13,6 +13,7 @@ import Testing
         }
     }
 
+    // claims: SEQ-COUNTS-FOLLOW
     @available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *)
     @Test func s12CountsStartWithTheCurrentCount() async throws {
         let shared = BroadcastSequence<Int, Never>(started: .lazily) { _ in {} }
@@ -21,6 +22,7 @@ import Testing
         _ = subscriptions
     }
 
+    // claims: SEQ-COUNTS-FOLLOW
     @available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *)
     @Test func s12CountsThenFollowEachChange() async throws {
         let shared = BroadcastSequence<Int, Never>(started: .whileSubscribed()) { _ in {} }
@@ -43,6 +45,7 @@ import Testing
         _ = third
     }
 
+    // claims: SEQ-COUNTS-FOLLOW
     @available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *)
     @Test func s12ASlowReaderGetsTheLatestCount() async throws {
         let shared = BroadcastSequence<Int, Never>(started: .lazily) { _ in {} }
@@ -60,6 +63,7 @@ import Testing
     /// Conflated by change, like any `BroadcastValue`: a reader that missed
     /// 0 → 1 → 0 gets the latest count (0, the one it had) once, and never
     /// the same change twice.
+    // claims: SEQ-COUNTS-FOLLOW
     @available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *)
     @Test func s12AReaderGetsTheLatestCountNeverTheSameChangeTwice() async throws {
         let shared = BroadcastSequence<Int, Never>(started: .whileSubscribed()) { _ in {} }
@@ -80,6 +84,7 @@ import Testing
         #expect(counts.poll().isEmpty)
     }
 
+    // claims: SEQ-COUNTS-END
     @available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *)
     @Test func s12CountsEndAfterFinishOnceTheCountReachesZero() async throws {
         let shared = BroadcastSequence<Int, Never>(started: .lazily) { sink in
@@ -103,6 +108,7 @@ import Testing
         #expect(try await drain(shared.subscriberCounts) == [0])
     }
 
+    // claims: SEQ-COUNTS-NOT-SUBSCRIBER
     @available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *)
     @Test func s12CountsAreNotASubscriberAndDoNotStartALazySequence() async throws {
         let feed = Feed(of: Never.self)
@@ -113,6 +119,7 @@ import Testing
         #expect(shared.sharingCounters.starts == 0)
     }
 
+    // claims: SEQ-COUNTS-NOT-SUBSCRIBER
     @available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *)
     @Test func s12CountsDoNotKeepTheSequenceAlive() async throws {
         let log = ListenerLog()
@@ -128,6 +135,7 @@ import Testing
         #expect(try await drain(counts) == [0], "the counts of a released sequence end")
     }
 
+    // claims: SEQ-COUNTS-FOLLOW
     @available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *)
     @Test func s12CountsWorkOnAPlainSequence() async throws {
         let plain = BroadcastSequence(of: Int.self)
@@ -146,6 +154,7 @@ import Testing
 
     /// 1000 subscribers join, 500 leave, from eight threads at once, while
     /// a reader watches: the count it ends on is the true one.
+    // claims: SEQ-COUNTS-FOLLOW
     @available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *)
     @Test func s12AThousandSubscribersJoiningAndLeavingEndOnTheTrueCount() async throws {
         for round in 0..<5 {

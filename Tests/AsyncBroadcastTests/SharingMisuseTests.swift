@@ -5,6 +5,7 @@ import Testing
 /// SHARING 14: the sharing initialisers trap on a bad replay or policy as
 /// the plain one does, and a negative `stopAfter` traps, each with a
 /// message naming it (see MisuseTests for the pattern).
+// claims: MISUSE-NEGATIVE-REPLAY
 @Suite struct SharingMisuseTests {
     @available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *)
     @Test func s14NegativeReplayTrapsInTheUpstreamInit() async {
@@ -14,6 +15,7 @@ import Testing
         expectMessage(result, "AsyncBroadcast misuse: replay must not be negative (got -1)")
     }
 
+    // claims: MISUSE-NEGATIVE-REPLAY
     @available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *)
     @Test func s14NegativeReplayTrapsInTheRegisterInit() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
@@ -22,6 +24,7 @@ import Testing
         expectMessage(result, "AsyncBroadcast misuse: replay must not be negative (got -2)")
     }
 
+    // claims: MISUSE-NEGATIVE-REPLAY
     @available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *)
     @Test func s14NegativeReplayTrapsInTheUntypedInitAndBroadcast() async {
         let untyped = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
@@ -34,6 +37,7 @@ import Testing
         expectMessage(broadcast, "AsyncBroadcast misuse: replay must not be negative (got -4)")
     }
 
+    // claims: MISUSE-BOUNDED-ZERO, MISUSE-NEGATIVE-CAPACITY
     @available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *)
     @Test func s14ABadPolicyTrapsInTheSharingInits() async {
         let upstream = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
@@ -62,6 +66,7 @@ import Testing
         }
     }
 
+    // claims: MISUSE-NEGATIVE-STOPAFTER
     @available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *)
     @Test func s14NegativeStopAfterTraps() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {

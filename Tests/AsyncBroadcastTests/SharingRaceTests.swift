@@ -40,6 +40,7 @@ import Testing
     /// A subscriber arriving just as the stop timer fires: either it
     /// cancels the stop (same run) or it starts a new run; either way a
     /// run is running once things settle.
+    // claims: SHARE-PENDING-STOP-CANCELLED
     @available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *)
     @Test func raceSubscribeWhileTheDelayedStopFires() async throws {
         var restarts = 0
@@ -86,6 +87,7 @@ import Testing
     /// is the run order here: a run is called before its subscriber reads).
     /// Odd rounds use an upstream that ignores cancellation and so keeps
     /// producing after its stop.
+    // claims: SHARE-STOPPED-RUN
     @available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *)
     @Test func raceTheLastSubscriberLeavesWhileTheUpstreamDelivers() async throws {
         for round in 0..<200 {
@@ -164,6 +166,7 @@ import Testing
     /// four threads. A subscriber sees one registration's elements only,
     /// and every send made after its unregister returned reports
     /// `isFinished`.
+    // claims: SHARE-SINK-ANY-TIME
     @available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *)
     @Test func raceSinksCalledInsideRegisterFromAnotherThreadAndAfterUnregister() async throws {
         for round in 0..<50 {

@@ -12,6 +12,7 @@ import Testing
     /// Eight threads subscribe and cancel at random while a ninth moves the
     /// stop timer's clock: every start and stop goes through one thread at
     /// a time, in order, and the sequence's end unregisters the last run.
+    // claims: SHARE-REGISTER-ALTERNATE, SHARE-UNREGISTER-ONCE
     @available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *)
     @Test func s8RegisterAndUnregisterAlternateUnderConcurrentSubscribeAndCancel() async throws {
         for round in 0..<30 {
@@ -51,6 +52,7 @@ import Testing
 
     // MARK: S9 — the sink: inside register, from any thread, after unregister
 
+    // claims: SHARE-STARTER-GETS-ALL, SHARE-SINK-ANY-TIME, SHARE-REGISTER-ALTERNATE, DRF-NO-USER-CODE-UNDER-LOCK
     @available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *)
     @Test func s9ASinkCalledInsideRegisterReachesTheSubscriberThatStartedIt() {
         let results = Locked<[BroadcastSendResult]>([])
@@ -63,6 +65,7 @@ import Testing
         #expect(results.value == [BroadcastSendResult(delivered: 1), BroadcastSendResult(delivered: 1)])
     }
 
+    // claims: SHARE-SINK-ANY-TIME
     @available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *)
     @Test func s9ASinkCalledFromAListenersOwnThreadDelivers() async throws {
         let stop = Locked(false)
@@ -84,6 +87,7 @@ import Testing
         #expect(stop.value)
     }
 
+    // claims: SHARE-SINK-ANY-TIME, SHARE-STALE-SINK
     @available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *)
     @Test func s9ASinkCalledAfterUnregisterIsIgnored() async throws {
         let sinks = Locked<[BroadcastSink<Int, Never>]>([])
@@ -107,6 +111,7 @@ import Testing
         #expect(pollAll(later) == [4], "a stale sink's element reached the next run's subscriber")
     }
 
+    // claims: SHARE-STALE-SINK
     @available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *)
     @Test func s9AStaleSinksFinishDoesNotUnregisterTheCurrentRun() {
         let log = ListenerLog()
@@ -130,6 +135,7 @@ import Testing
     /// An upstream that ignores cancellation hands over one more element
     /// after its run was stopped: it must be dropped, not delivered to the
     /// next run's subscriber.
+    // claims: SHARE-STOPPED-RUN, SHARE-IGNORES-CANCELLATION
     @available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *)
     @Test func s10AStoppedRunsLateElementIsNotDeliveredToTheNextRun() async throws {
         let feed = Feed(of: Never.self, honoursCancellation: false)
@@ -150,6 +156,7 @@ import Testing
         #expect(shared.sharingCounters.liveUpstreamTasks == 1, "the stopped run's task kept iterating")
     }
 
+    // claims: SHARE-STOPPED-RUN
     @available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *)
     @Test func s10AStoppedRunThatEndsDoesNotFinishTheSequence() async throws {
         let feed = Feed(of: Never.self)
@@ -173,6 +180,7 @@ import Testing
         #expect(shared.isFinished)
     }
 
+    // claims: SHARE-STOPPED-RUN
     @available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *)
     @Test func s10AStoppedRunThatThrowsDoesNotFinishTheSequence() async throws {
         let feed = Feed(of: TestError.self, honoursCancellation: false)

@@ -24,6 +24,7 @@ import Testing
 
     // MARK: S5 — .eagerly
 
+    // claims: SHARE-EAGERLY
     @available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *)
     @Test func s5EagerlyStartsInInitWithNoSubscriber() async throws {
         let feed = Feed(of: Never.self)
@@ -34,6 +35,7 @@ import Testing
         #expect(feed.made == 1)
     }
 
+    // claims: SHARE-EAGERLY
     @available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *)
     @Test func s5EagerlyRegistersInInitWithNoSubscriber() {
         let log = ListenerLog()
@@ -45,6 +47,7 @@ import Testing
         #expect(shared.subscriberCount == 0)
     }
 
+    // claims: SHARE-EAGERLY
     @available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *)
     @Test func s5EagerlyKeepsRunningWhenSubscribersLeaveUntilTheUpstreamEnds() async throws {
         let feed = Feed(of: Never.self)
@@ -63,6 +66,7 @@ import Testing
         #expect(shared.sharingCounters.stops == 1)
     }
 
+    // claims: SHARE-EAGERLY
     @available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *)
     @Test func s5EagerlyListenerStaysRegisteredWhenSubscribersLeave() {
         let log = ListenerLog()
@@ -80,6 +84,7 @@ import Testing
 
     // MARK: S6 — .lazily
 
+    // claims: SHARE-LAZILY
     @available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *)
     @Test func s6LazilyStartsAtTheFirstSubscriberOnly() async throws {
         let log = ListenerLog()
@@ -95,6 +100,7 @@ import Testing
         _ = second
     }
 
+    // claims: SHARE-LAZILY
     @available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *)
     @Test func s6LazilyUpstreamStartsAtTheFirstSubscriber() async throws {
         let feed = Feed(of: Never.self)
@@ -110,6 +116,7 @@ import Testing
         subscription.cancel()
     }
 
+    // claims: SHARE-LAZILY
     @available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *)
     @Test func s6MakeAsyncIteratorStartsIt() {
         let log = ListenerLog()
@@ -120,6 +127,7 @@ import Testing
         _ = iterator
     }
 
+    // claims: SHARE-UNREGISTERED-NO-START
     @available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *)
     @Test func s6ASubscribeFromACancelledTaskDoesNotStartIt() async throws {
         let log = ListenerLog()
@@ -137,6 +145,7 @@ import Testing
         #expect(shared.sharingCounters.starts == 0)
     }
 
+    // claims: SHARE-UNREGISTERED-NO-START
     @available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *)
     @Test func s6ASubscribeAfterFinishDoesNotStartIt() {
         let log = ListenerLog()
@@ -149,6 +158,7 @@ import Testing
         #expect(shared.sharingCounters == SharingCounters())
     }
 
+    // claims: SHARE-LAZILY
     @available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *)
     @Test func s6LazilyKeepsRunningWhenSubscribersLeave() async throws {
         let log = ListenerLog()
@@ -163,6 +173,7 @@ import Testing
         #expect(pollAll(later) == [3])
     }
 
+    // claims: SHARE-LAZILY
     @available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *)
     @Test func s6LazilyUpstreamKeepsRunningWhenSubscribersLeave() async throws {
         let feed = Feed(of: Never.self)
@@ -179,6 +190,7 @@ import Testing
 
     // MARK: S7 — .whileSubscribed
 
+    // claims: SHARE-WHILE-SUBSCRIBED-STOP
     @available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *)
     @Test func s7ZeroDelayStopsSynchronouslyInCancel() {
         let log = ListenerLog()
@@ -193,6 +205,7 @@ import Testing
         #expect(!counters.isRunning && counters.starts == 1 && counters.stops == 1 && !counters.isStopPending)
     }
 
+    // claims: SHARE-WHILE-SUBSCRIBED-STOP
     @available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *)
     @Test func s7ZeroDelayCancelsTheUpstreamTaskInCancel() async throws {
         let feed = Feed(of: Never.self)
@@ -205,6 +218,7 @@ import Testing
         #expect(!shared.isFinished, "a stopped run's end finished the sequence")
     }
 
+    // claims: SHARE-WHILE-SUBSCRIBED-STOP
     @available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *)
     @Test func s7ZeroDelayStopsWhenTheLastSubscriptionIsReleased() {
         let log = ListenerLog()
@@ -218,6 +232,7 @@ import Testing
         #expect(log.events == [.register, .unregister])
     }
 
+    // claims: SHARE-WHILE-SUBSCRIBED-STOP
     @available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *)
     @Test func s7ZeroDelayStopsWhenTheForAwaitLoopEnds() async throws {
         let log = ListenerLog()
@@ -233,6 +248,7 @@ import Testing
         #expect(log.events == [.register, .unregister])
     }
 
+    // claims: SHARE-WHILE-SUBSCRIBED-STOP
     @available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *)
     @Test func s7OnlyTheLastSubscriberLeavingStopsIt() {
         let log = ListenerLog()
@@ -246,6 +262,7 @@ import Testing
         #expect(log.events == [.register, .unregister])
     }
 
+    // claims: SHARE-WHILE-SUBSCRIBED-STOP
     @available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *)
     @Test func s7WithADelayTheStopWaitsForTheFullDelay() async throws {
         let clock = ManualClock()
@@ -269,6 +286,7 @@ import Testing
         #expect(log.events == [.register, .unregister])
     }
 
+    // claims: SHARE-PENDING-STOP-CANCELLED
     @available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *)
     @Test func s7ASubscriberArrivingWhileTheStopIsPendingKeepsTheSameRun() async throws {
         let clock = ManualClock()
@@ -291,6 +309,7 @@ import Testing
         #expect(pollAll(later) == [1])
     }
 
+    // claims: SHARE-PENDING-STOP-CANCELLED
     @available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *)
     @Test func s7ASubscriberArrivingWhileTheStopIsPendingKeepsTheSameUpstreamTask() async throws {
         let clock = ManualClock()
@@ -309,6 +328,7 @@ import Testing
         #expect(feed.made == 1 && shared.sharingCounters.starts == 1)
     }
 
+    // claims: SHARE-RESTART
     @available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *)
     @Test func s7AfterAStopTheNextSubscriberStartsAFreshRun() async throws {
         let feed = Feed(of: Never.self)
@@ -326,6 +346,7 @@ import Testing
         #expect(shared.sharingCounters.starts == 2 && shared.sharingCounters.stops == 1)
     }
 
+    // claims: SHARE-RESTART
     @available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *)
     @Test func s7AfterADelayedStopTheNextSubscriberRegistersAgain() async throws {
         let clock = ManualClock()
@@ -348,6 +369,7 @@ import Testing
         try await waitUntil("no timer left") { shared.sharingCounters.liveTimerTasks == 0 }
     }
 
+    // claims: SHARE-REPLAY-CARRIES
     @available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *)
     @Test func s7TheReplayWindowCarriesOverAcrossRuns() {
         let log = ListenerLog()

@@ -9,6 +9,7 @@ import Testing
 @Suite struct SharingUpstreamTests {
     // MARK: S1 — one iteration for every subscriber, in a task the library owns
 
+    // claims: SHARE-ONE-ITERATION
     @available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *)
     @Test func s1NSubscribersShareOneUpstreamCallAndOneIteration() async throws {
         let feed = Feed(of: Never.self)
@@ -34,6 +35,7 @@ import Testing
         #expect(shared.sharingCounters.starts == 1)
     }
 
+    // claims: SHARE-UPSTREAM-IN-LIBRARY-TASK
     @available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *)
     @Test func s1UpstreamIsCalledInALibraryTaskNotOnTheSubscribersThread() async throws {
         let feed = Feed(of: Never.self)
@@ -52,6 +54,7 @@ import Testing
         subscription.cancel()
     }
 
+    // claims: SHARE-UPSTREAM-IN-LIBRARY-TASK
     @available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *)
     @Test func s1UpstreamRunsDetachedFromTheSubscribersTask() async throws {
         let feed = Feed(of: Never.self)
@@ -66,6 +69,7 @@ import Testing
 
     // MARK: S2 — each element is delivered as `emit` would
 
+    // claims: SHARE-BACKPRESSURE
     @available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *)
     @Test func s2AFullBoundedSubscriberMakesTheUpstreamWait() async throws {
         let feed = Feed(of: Never.self)
@@ -85,6 +89,7 @@ import Testing
         #expect(subscription.droppedCount == 0)
     }
 
+    // claims: SHARE-LOSSY-NEVER-WAIT
     @available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *)
     @Test(arguments: [BroadcastBufferingPolicy.unbounded, .bufferingNewest(2), .bufferingOldest(2)])
     func s2OtherPoliciesNeverMakeTheUpstreamWait(policy: BroadcastBufferingPolicy) async throws {
@@ -106,6 +111,7 @@ import Testing
         #expect(subscription.poll().isEnd)
     }
 
+    // claims: SHARE-SINK-NEVER-WAITS
     @available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *)
     @Test func s2ARegisterSinkDeliversToAFullBoundedSubscriberAnyway() async throws {
         let sink = Locked<BroadcastSink<Int, Never>?>(nil)
@@ -121,6 +127,7 @@ import Testing
 
     // MARK: S3 — the upstream's end or error finishes the sequence
 
+    // claims: SHARE-UPSTREAM-END-FINISHES
     @available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *)
     @Test func s3UpstreamEndFinishesTheSequenceAfterSubscribersDrain() async throws {
         let feed = Feed(of: Never.self)
@@ -136,6 +143,7 @@ import Testing
         #expect(shared.send(4).isFinished)
     }
 
+    // claims: SHARE-UPSTREAM-END-FINISHES
     @available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *)
     @Test func s3UpstreamErrorIsThrownOnceAfterTheBuffer() async throws {
         let feed = Feed(of: TestError.self)
@@ -153,6 +161,7 @@ import Testing
         #expect(try await events(shared.subscribe()) == [.error(TestError(code: 7)), .end])
     }
 
+    // claims: SHARE-UNTYPED-ERROR
     @available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *)
     @Test func s3UntypedUpstreamErrorFinishesTheSequence() async throws {
         let feed = Feed(of: TestError.self)
@@ -174,6 +183,7 @@ import Testing
         #expect(seen.1 == TestError(code: 3))
     }
 
+    // claims: SHARE-UPSTREAM-END-FINISHES, SHARE-UNREGISTER-ONCE
     @available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *)
     @Test func s3SinkFinishEndsTheSequenceAndUnregistersExactlyOnce() async throws {
         let log = ListenerLog()
@@ -194,6 +204,7 @@ import Testing
         #expect(shared.sharingCounters.starts == 1 && shared.sharingCounters.stops == 1)
     }
 
+    // claims: SHARE-UPSTREAM-END-FINISHES, SHARE-UNREGISTER-ONCE
     @available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *)
     @Test func s3SinkFinishThrowingEndsWithThatErrorAndUnregistersExactlyOnce() async throws {
         let log = ListenerLog()
@@ -214,6 +225,7 @@ import Testing
 
     // MARK: S4, S11 — release and finish() stop the upstream; nothing outlives the sequence
 
+    // claims: SHARE-RELEASE-STOPS
     @available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *)
     @Test func s4ReleasingTheSequenceCancelsTheUpstreamTask() async throws {
         let feed = Feed(of: Never.self)
@@ -236,6 +248,7 @@ import Testing
         #expect(run.ended)
     }
 
+    // claims: SHARE-RELEASE-STOPS, SHARE-UNREGISTER-ONCE
     @available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *)
     @Test func s4ReleasingTheSequenceCallsUnregisterExactlyOnce() async throws {
         let log = ListenerLog()
@@ -253,6 +266,7 @@ import Testing
         #expect(storage.sharingCounters.starts == storage.sharingCounters.stops)
     }
 
+    // claims: SHARE-RELEASE-STOPS
     @available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *)
     @Test func s4FinishStopsTheUpstreamTask() async throws {
         let feed = Feed(of: Never.self)
@@ -267,6 +281,7 @@ import Testing
         #expect(counters.starts == 1 && counters.stops == 1 && !counters.isRunning, "\(counters)")
     }
 
+    // claims: SHARE-RELEASE-STOPS, SHARE-UNREGISTER-ONCE
     @available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *)
     @Test func s4FinishCallsUnregisterExactlyOnce() async throws {
         let log = ListenerLog()
@@ -283,6 +298,7 @@ import Testing
         #expect(log.events == [.register, .unregister], "unregister called again by a later finish or the release")
     }
 
+    // claims: SHARE-NOTHING-LEFT
     @available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *)
     @Test func s11ReleasingWhileAStopIsPendingLeavesNoTaskBehind() async throws {
         let clock = ManualClock()
@@ -304,5 +320,25 @@ import Testing
         let counters = storage.sharingCounters
         #expect(counters.starts == 1 && counters.stops == 1 && !counters.isStopPending, "\(counters)")
         #expect(clock.sleeperCount == 0)
+    }
+
+    /// `broadcast()` iterates the same sequence at every run: an
+    /// `AsyncStream` that the first run's stop ended has nothing left for the
+    /// second run, which ends at once and finishes the shared sequence.
+    // claims: SHARE-BROADCAST-SINGLE-PASS
+    @available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *)
+    @Test func aSinglePassUpstreamsSecondRunEndsAtOnceAndFinishesTheSequence() async throws {
+        let (stream, continuation) = AsyncStream<Int>.makeStream()
+        let terminated = Locked(false)
+        continuation.onTermination = { _ in terminated.withLock { $0 = true } }
+        let shared = stream.broadcast(started: .whileSubscribed())
+        let first = shared.subscribe()
+        continuation.yield(1)
+        #expect(try await take(1, from: first) == [1])
+        first.cancel()  // the run stops: its task is cancelled, which ends the stream
+        try await waitUntil("the stream ended by the first run's stop") { terminated.value }
+        let second = shared.subscribe()
+        #expect(try await drain(second) == [])
+        #expect(shared.isFinished)
     }
 }

@@ -39,6 +39,7 @@ import Testing
         }
     }
 
+    // claims: TOPIC-REGISTER-LIFECYCLE
     @available(macOS 13, iOS 16, tvOS 16, watchOS 9, *)
     @Test func aTopicRegistersAtItsFirstSubscriberAndUnregistersWhenItsLastLeaves() {
         let listeners = Listeners()
@@ -60,6 +61,7 @@ import Testing
         #expect(pollAll(again) == [])
     }
 
+    // claims: TOPIC-LIVE-STOPAFTER, TOPIC-STOPAFTER-REPLAY-ONLY, TOPIC-REPLAY-WINDOW
     @available(macOS 13, iOS 16, tvOS 16, watchOS 9, *)
     @Test func aSubscriberThatComesBackWithinStopAfterKeepsTheSameListener() async throws {
         let clock = ManualClock()
@@ -86,6 +88,7 @@ import Testing
         #expect(listeners.log("a").events == [.register, .unregister, .register])
     }
 
+    // claims: TOPIC-FINISH-ONE, TOPIC-REGISTER-ALTERNATE
     @available(macOS 13, iOS 16, tvOS 16, watchOS 9, *)
     @Test func finishingATopicUnregistersAtOnceAndARestartWaitsForTheUnregisterToReturn() async throws {
         let clock = ManualClock()
@@ -120,6 +123,7 @@ import Testing
     /// and whose subscribers all leave before it may start: once its
     /// stopAfter has passed it is idle and goes, though it never ran (found
     /// by the stress tool: it stayed live, with nobody to tell the registry).
+    // claims: TOPIC-LIVE-STOPAFTER
     @available(macOS 13, iOS 16, tvOS 16, watchOS 9, *)
     @Test func aBlockedGenerationWhoseSubscribersLeftGoesAfterStopAfter() async throws {
         let clock = ManualClock()
@@ -144,6 +148,7 @@ import Testing
         #expect(listeners.log("a").events == [.register, .unregister], "a generation that never started registered")
     }
 
+    // claims: TOPIC-REGISTER-LIFECYCLE
     @available(macOS 13, iOS 16, tvOS 16, watchOS 9, *)
     @Test func aListenerThatFinishesItsTopicEndsItsSubscribersAndTheNextSubscribeRegistersAgain() {
         let listeners = Listeners()
@@ -164,6 +169,7 @@ import Testing
         #expect(topics.topicCount == 0)
     }
 
+    // claims: TOPIC-REGISTER-LIFECYCLE
     @available(macOS 13, iOS 16, tvOS 16, watchOS 9, *)
     @Test func finishUnregistersEveryTopic() {
         let listeners = Listeners()
@@ -179,6 +185,7 @@ import Testing
     /// Subscribers come and go on a few topics from several threads, while
     /// `finish(topic:)` closes them: each topic's register and unregister
     /// calls alternate and never overlap.
+    // claims: TOPIC-REGISTER-ALTERNATE
     @available(macOS 13, iOS 16, tvOS 16, watchOS 9, *)
     @Test func aTopicsRegisterAndUnregisterNeverOverlap() async throws {
         let listeners = Listeners()
@@ -201,5 +208,28 @@ import Testing
         }
         #expect(topics.topicCount == 0)
         #expect(topics.registry.shards.allSatisfy { shard in shard.lock.withLock { shard.retiring.isEmpty } })
+    }
+
+    /// A sink whose registration was stopped delivers nothing: not to the
+    /// topic's next generation, not to its replay window. The new
+    /// registration's sink does.
+    // claims: TOPIC-STALE-SINK
+    @available(macOS 13, iOS 16, tvOS 16, watchOS 9, *)
+    @Test func aStoppedRegistrationsSinkDeliversNothing() {
+        let listeners = Listeners()
+        let topics = Topics(replay: 1, register: listeners.register)
+        let first = topics.subscribe(to: "a")
+        let stale = listeners.sinks.value["a"]!
+        first.cancel()
+        #expect(listeners.log("a").events == [.register, .unregister])
+        let again = topics.subscribe(to: "a")
+        #expect(listeners.log("a").events == [.register, .unregister, .register])
+        #expect(stale.send(1).delivered == 0)
+        #expect(pollAll(again) == [], "a stopped registration's sink reached the next generation")
+        let late = topics.subscribe(to: "a")
+        #expect(pollAll(late) == [], "a stopped registration's sink reached the replay window")
+        #expect(listeners.sinks.value["a"]!.send(2).delivered == 2)
+        #expect(pollAll(again) == [2])
+        #expect(pollAll(late) == [2])
     }
 }

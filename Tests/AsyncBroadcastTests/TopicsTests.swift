@@ -8,6 +8,7 @@ import Testing
 
     // MARK: Fan-out by topic
 
+    // claims: TOPIC-AS-SEQUENCE
     @Test func aSendReachesTheSubscribersOfItsTopicOnly() {
         let topics = Topics()
         let a1 = topics.subscribe(to: "a")
@@ -25,6 +26,7 @@ import Testing
         #expect(topics.subscriberCount(of: "c") == 0)
     }
 
+    // claims: TOPIC-NOT-LIVE-KEEPS-NOTHING
     @Test func aSendToATopicThatIsNotLiveDeliversNothingAndKeepsNothing() {
         let topics = Topics(replay: 4)
         #expect(topics.send(1, to: "a") == BroadcastSendResult())
@@ -36,6 +38,7 @@ import Testing
         #expect(pollAll(late) == [4])
     }
 
+    // claims: TOPIC-REPLAY-WINDOW
     @Test func theReplayWindowLivesAndDiesWithTheTopic() {
         let topics = Topics(replay: 2)
         let first = topics.subscribe(to: "a")
@@ -49,6 +52,7 @@ import Testing
         #expect(pollAll(third) == [], "a new topic started with the old one's replay")
     }
 
+    // claims: TOPIC-AS-SEQUENCE
     @Test func aBatchIsSentInOneStep() {
         let topics = Topics()
         let a = topics.subscribe(to: "a", bufferingPolicy: .bufferingOldest(3))
@@ -56,6 +60,7 @@ import Testing
         #expect(pollAll(a) == [1, 2, 3])
     }
 
+    // claims: TOPIC-AS-SEQUENCE
     @Test func emitWaitsForAFullBoundedSubscriberOfItsTopicOnly() async throws {
         let topics = Topics()
         let slow = topics.subscribe(to: "a", bufferingPolicy: .bounded(1))
@@ -76,6 +81,7 @@ import Testing
 
     // MARK: Topics come and go
 
+    // claims: TOPIC-LIVE
     @Test func aTopicIsLiveFromItsFirstSubscriberUntilItsLastLeaves() async throws {
         let topics = Topics()
         #expect(topics.topicCount == 0)
@@ -92,6 +98,7 @@ import Testing
         #expect(topics.send(1, to: "a").delivered == 0)
     }
 
+    // claims: TOPIC-LIVE
     @Test func aTopicWhoseReaderEndsByCancellationGoes() async throws {
         let topics = Topics()
         let subscription = topics.subscribe(to: "a")
@@ -102,6 +109,7 @@ import Testing
         #expect(topics.topicCount == 0)
     }
 
+    // claims: TOPIC-GONE-FREED
     @Test func aTopicThatHasGoneHoldsNoMemory() {
         let topics = Topics(replay: 8)
         weak var generation: BroadcastStorage<Int, Never>?
@@ -135,6 +143,7 @@ import Testing
 
     // MARK: Finishing
 
+    // claims: TOPIC-FINISH-ONE
     @Test func finishingATopicEndsItsSubscribersAndTheNextSubscribeStartsItAfresh() {
         let topics = Topics(replay: 1)
         let a = topics.subscribe(to: "a")
@@ -155,6 +164,7 @@ import Testing
         topics.finish(topic: "nobody")  // not live: nothing happens
     }
 
+    // claims: TOPIC-FINISH-ALL
     @Test func finishEndsEveryTopicAndRefusesNewOnes() {
         let topics = Topics()
         let a = topics.subscribe(to: "a")
@@ -172,6 +182,7 @@ import Testing
         #expect(topics.topicCount == 0)
     }
 
+    // claims: TOPIC-FINISH-ALL
     @Test func finishThrowingEndsEveryTopicWithTheErrorAndLaterSubscribersGetIt() async throws {
         let topics = BroadcastTopics<String, Int, TestError>()
         let a = topics.subscribe(to: "a")
@@ -192,6 +203,7 @@ import Testing
         #expect(try await lateIterator.next() == nil)
     }
 
+    // claims: TOPIC-FINISH-ALL
     @Test func releasingTheTopicsFinishesThem() async throws {
         var topics: Topics? = Topics()
         let a = topics!.subscribe(to: "a")
@@ -207,6 +219,7 @@ import Testing
     /// A subscribe that lands while the topic's last subscriber leaves must
     /// hear every later send: it is registered on a topic that stays live,
     /// or starts a new one, never on one being dropped.
+    // claims: TOPIC-SUBSCRIBE-LEAVE-RACE
     @Test func aSubscribeRacingTheLastCancelMissesNothingSentAfterIt() async throws {
         let topics = Topics()
         let rounds = 20_000

@@ -53,6 +53,7 @@ import Testing
         try await waitUntil("\(count) upstreamReady() waiter(s) parked") { shared.upstreamWaiterCounts.ready == count }
     }
 
+    // claims: READY-TRUE
     @Test func readyBeforeSubscribingIsTrueAtOnce() async throws {
         let sinks = Sinks(readyInRegister: true)
         let shared = Shared(started: .eagerly, register: sinks.register)
@@ -61,6 +62,7 @@ import Testing
         #expect(shared.upstreamWaiterCounts.ready == 0)
     }
 
+    // claims: READY-TRUE
     @Test func aSubscriberWaitsUntilTheSinkSaysReady() async throws {
         let sinks = Sinks()
         let shared = Shared(register: sinks.register)
@@ -76,6 +78,7 @@ import Testing
         #expect(shared.upstreamWaiterCounts.ready == 0)
     }
 
+    // claims: READY-TRUE
     @Test func everyWaiterIsWokenByOneReady() async throws {
         let sinks = Sinks()
         let shared = Shared(register: sinks.register)
@@ -86,6 +89,7 @@ import Testing
         for waiter in waiters { #expect(try await waiter.result() == .ready(true)) }
     }
 
+    // claims: READY-TRUE, READY-STALE-IGNORED
     @available(macOS 13, iOS 16, tvOS 16, watchOS 9, *)
     @Test func aSubscriberAfterAStopWaitsForTheNextRegistrationNotTheOldOne() async throws {
         let sinks = Sinks()
@@ -105,6 +109,7 @@ import Testing
         #expect(try await waiter.result() == .ready(true))
     }
 
+    // claims: READY-TRUE
     @available(macOS 13, iOS 16, tvOS 16, watchOS 9, *)
     @Test func duringStopAfterTheSameRegistrationServesANewSubscriber() async throws {
         let clock = ManualClock()
@@ -117,6 +122,7 @@ import Testing
         #expect(try await later.upstreamReady() == true)
     }
 
+    // claims: READY-FALSE
     @Test func finishingFirstGivesFalse() async throws {
         let sinks = Sinks()
         let shared = Shared(register: sinks.register)
@@ -129,6 +135,7 @@ import Testing
         #expect(try await subscription.upstreamReady() == false)
     }
 
+    // claims: READY-FALSE
     @Test func theListenerEndingFirstGivesFalse() async throws {
         let sinks = Sinks()
         let shared = Shared(register: sinks.register)
@@ -138,6 +145,7 @@ import Testing
         #expect(try await waiter.result() == .ready(false))
     }
 
+    // claims: READY-FALSE
     @Test func aDrainingSubscriberOfAReadyRegistrationGetsTrue() async throws {
         let sinks = Sinks(readyInRegister: true)
         let shared = Shared(register: sinks.register)
@@ -148,6 +156,7 @@ import Testing
         #expect(pollAll(subscription) == [1])
     }
 
+    // claims: READY-FALSE
     @Test func theSubscriberEndingFirstGivesFalse() async throws {
         let sinks = Sinks()
         let shared = Shared(register: sinks.register)
@@ -168,6 +177,7 @@ import Testing
         #expect(try await late.upstreamReady() == false)
     }
 
+    // claims: READY-CANCEL
     @Test func cancellationThrowsAtOnceAndLeavesNoWaiter() async throws {
         let sinks = Sinks()
         let shared = Shared(register: sinks.register)
@@ -189,6 +199,7 @@ import Testing
         #expect(try await subscription.upstreamReady() == true)
     }
 
+    // claims: READY-NO-LISTENER
     @available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *)
     @Test func withoutAListenerItIsTrueAtOnce() async throws {
         let plain = Shared()
@@ -198,6 +209,7 @@ import Testing
         #expect(try await upstream.subscribe().upstreamReady() == true)
     }
 
+    // claims: TOPIC-READY
     @available(macOS 13, iOS 16, tvOS 16, watchOS 9, *)
     @Test func aTopicsSubscriberWaitsForItsTopicsRegistration() async throws {
         let sinks = Locked<[String: BroadcastSink<Int, Never>]>([:])
@@ -218,6 +230,7 @@ import Testing
         #expect(try await topics.subscribe(to: "c").upstreamReady() == false, "after finish, no listener serves it")
     }
 
+    // claims: TOPIC-READY
     @available(macOS 13, iOS 16, tvOS 16, watchOS 9, *)
     @Test func aTopicsAsyncListenerSaysReadyAfterItsSetUp() async throws {
         let connected = BroadcastPromise<Void, Never>()

@@ -15,6 +15,7 @@ actor ValueCollector {
 }
 
 /// SEMANTICS V14: `next(isolation:)` runs on the caller's actor.
+// claims: VAL-ISOLATION
 @Suite struct ValueIsolationTests {
     @MainActor
     @Test func v14MainActorConsumerStaysOnTheMainActor() async throws {
@@ -36,6 +37,7 @@ actor ValueCollector {
         #expect(zip(received, received.dropFirst()).allSatisfy { $0 < $1 })
     }
 
+    // claims: VAL-ISOLATION
     @MainActor
     @Test func v14ExplicitNextIsolationOnTheMainActor() async throws {
         try await withDeadline("v14ExplicitNextIsolationOnTheMainActor") { @MainActor () async throws -> Void in
@@ -50,6 +52,7 @@ actor ValueCollector {
         }
     }
 
+    // claims: VAL-ISOLATION
     @Test func v14ActorIsolatedConsumerIteratesOnItsActor() async throws {
         let value = BroadcastValue(0)
         let subscription = value.subscribe()

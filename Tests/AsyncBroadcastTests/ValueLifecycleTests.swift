@@ -9,6 +9,7 @@ import Testing
 @Suite struct ValueLifecycleTests {
     // MARK: V7 — finish: first call wins; the value is final; last unseen value, then nil / the error
 
+    // claims: VAL-FINISH-IGNORED
     @Test func v7FirstFinishWins() async throws {
         let finishedFirst = BroadcastValue(1, throwing: TestError.self)
         let subscription = finishedFirst.subscribe()
@@ -27,6 +28,7 @@ import Testing
         #expect(try await events(failing) == [.value(1), .error(TestError(code: 2)), .end])
     }
 
+    // claims: VAL-VALUE-FINAL, VAL-FINISH-IGNORED
     @Test func v7SendAfterFinishIsIgnored() {
         let value = BroadcastValue(1)
         value.finish()
@@ -37,6 +39,7 @@ import Testing
 
     /// After finish `update` still runs its body (on the final value) and
     /// returns its result, but what it changes is discarded.
+    // claims: VAL-FINISH-IGNORED
     @Test func v7UpdateAfterFinishRunsOnADiscardedCopy() async throws {
         let value = BroadcastValue([1, 2])
         value.finish()
@@ -59,6 +62,7 @@ import Testing
         #expect(value.changeCount == 0)
     }
 
+    // claims: VAL-FINISH-LAST-VALUE
     @Test func v7ASubscriberGetsItsLastUnseenValueThenNil() async throws {
         let value = BroadcastValue(0)
         let seenAll = value.subscribe()
@@ -72,6 +76,7 @@ import Testing
         #expect(try await drain(behind) == [], "nil stays nil")
     }
 
+    // claims: VAL-FINISH-LAST-VALUE
     @Test func v7FinishThrowingGivesTheUnseenValueThenTheErrorOnceThenNil() async throws {
         try await withDeadline("v7FinishThrowingGivesTheUnseenValueThenTheErrorOnceThenNil") { () async throws -> Void in
             let value = BroadcastValue(0, throwing: TestError.self)
@@ -87,6 +92,7 @@ import Testing
         }
     }
 
+    // claims: VAL-FINISH-LAST-VALUE, VAL-COUNT-AFTER-FINISH
     @Test func v7FinishWakesParkedReaders() async throws {
         let value = BroadcastValue(0, throwing: TestError.self)
         let subscriptions = (0..<3).map { _ in value.subscribe() }
@@ -108,6 +114,7 @@ import Testing
 
     // MARK: V8 — subscriberCount; after finish, only subscribers with an unseen value count
 
+    // claims: VAL-COUNT-AFTER-FINISH
     @Test func v8AfterFinishOnlySubscribersWithAnUnseenValueCount() async throws {
         try await withDeadline("v8AfterFinishOnlySubscribersWithAnUnseenValueCount") { () async throws -> Void in
             let value = BroadcastValue(0, throwing: TestError.self)
@@ -132,6 +139,7 @@ import Testing
         }
     }
 
+    // claims: VAL-COUNT-AFTER-FINISH
     @Test func v8SubscriberCountCountsRegisteredSubscribers() async throws {
         try await withDeadline("v8SubscriberCountCountsRegisteredSubscribers") { () async throws -> Void in
             let value = BroadcastValue(0)
@@ -149,6 +157,7 @@ import Testing
 
     // MARK: V9 — subscribing after finish, or from a cancelled task
 
+    // claims: VAL-UNREGISTERED-SUBSCRIBE
     @Test func v9SubscribingAfterFinishYieldsTheValueOnceAndIsNotRegistered() async throws {
         let value = BroadcastValue(4)
         value.send(5)
@@ -162,6 +171,7 @@ import Testing
         #expect(value.subscriberCount == 0)
     }
 
+    // claims: VAL-UNREGISTERED-SUBSCRIBE
     @Test func v9SubscribingAfterFinishThrowingYieldsTheValueThenTheErrorOnce() async throws {
         let value = BroadcastValue(4, throwing: TestError.self)
         value.finish(throwing: TestError(code: 9))
@@ -172,6 +182,7 @@ import Testing
 
     /// Subscribed from a cancelled task: not registered, so it sees the
     /// current value once and no later change.
+    // claims: VAL-UNREGISTERED-SUBSCRIBE
     @Test func v9SubscribingFromACancelledTaskIsNotRegistered() async throws {
         try await withDeadline("v9SubscribingFromACancelledTaskIsNotRegistered") { () async throws -> Void in
             let value = BroadcastValue(1)
@@ -191,6 +202,7 @@ import Testing
 
     /// The same, read in the cancelled task itself (a `for await` loop
     /// started in a cancelled task): the current value once, then the end.
+    // claims: VAL-UNREGISTERED-SUBSCRIBE
     @Test func v9ALoopStartedInACancelledTaskYieldsTheCurrentValueOnce() async throws {
         let value = BroadcastValue(3, throwing: TestError.self)
         let (seen, count) = try await withDeadline("loop in a cancelled task") {
@@ -207,6 +219,7 @@ import Testing
 
     // MARK: V10 — Subscription.cancel()
 
+    // claims: VAL-CANCEL
     @Test func v10CancelEndsAtOnceAndIsIdempotent() async throws {
         let value = BroadcastValue(0)
         let subscription = value.subscribe()
@@ -222,6 +235,7 @@ import Testing
         #expect(try await take(1, from: other) == [2], "the other subscriber is unaffected")
     }
 
+    // claims: VAL-CANCEL
     @Test func v10CancelWakesAParkedReaderWithNil() async throws {
         let value = BroadcastValue(0, throwing: TestError.self)
         let subscription = value.subscribe()
@@ -237,6 +251,7 @@ import Testing
 
     // MARK: V11 — task cancellation
 
+    // claims: VAL-TASK-CANCEL
     @Test func v11ACancelledParkedReaderReturnsNilAtOnceAndDoesNotThrow() async throws {
         let value = BroadcastValue(0, throwing: TestError.self)
         let subscription = value.subscribe()
@@ -261,6 +276,7 @@ import Testing
         #expect(try await iterator.next() == nil)
     }
 
+    // claims: VAL-TASK-CANCEL
     @Test func v11AReaderInACancelledTaskEndsOnItsFirstCall() async throws {
         let value = BroadcastValue(0, throwing: TestError.self)
         let subscription = value.subscribe()
@@ -278,6 +294,7 @@ import Testing
 
     /// A reader that never parks (it sends itself the next value each time)
     /// notices its task's cancellation within 32 calls.
+    // claims: VAL-TASK-CANCEL
     @Test(arguments: [0, 1, 5, 31, 32, 33, 40])
     func v11TaskCancellationIsNoticedWithin32Calls(readBeforeCancel: Int) async throws {
         let value = BroadcastValue(0, throwing: TestError.self)
@@ -314,6 +331,7 @@ import Testing
 
     // MARK: V12 — releasing
 
+    // claims: VAL-RELEASE-ENDS
     @Test func v12ReleasingTheSubscriptionEndsIt() {
         let value = BroadcastValue(0)
         do {
@@ -325,6 +343,7 @@ import Testing
         #expect(value.subscriberCount == 0)
     }
 
+    // claims: VAL-RELEASE-ENDS
     @Test func v12AnIteratorKeepsItsSubscriptionAlive() async throws {
         try await withDeadline("v12AnIteratorKeepsItsSubscriptionAlive") { () async throws -> Void in
             let value = BroadcastValue(0)
@@ -338,6 +357,7 @@ import Testing
         }
     }
 
+    // claims: VAL-DEINIT-FINISHES
     @Test func v12SubscriptionsDoNotKeepTheValueAlive() async throws {
         var value: BroadcastValue<Int, Never>? = BroadcastValue(1)
         let subscription = value!.subscribe()
@@ -349,6 +369,7 @@ import Testing
 
     /// Releasing the last reference finishes it: a parked reader (nothing
     /// unseen) gets nil, one that is behind gets its unseen value, then nil.
+    // claims: VAL-DEINIT-FINISHES
     @Test func v12ReleasingTheLastReferenceWhileSubscribersWaitFinishesIt() async throws {
         var value: BroadcastValue<Int, Never>? = BroadcastValue(0)
         let parked = value!.subscribe()
@@ -371,6 +392,7 @@ import Testing
     /// A reader woken by a change but not yet run when the last reference
     /// goes away (its task is held by a manual executor) still gets that
     /// unseen value, then nil.
+    // claims: VAL-DEINIT-FINISHES
     @Test func v12AWokenReaderStillGetsItsUnseenValueAfterTheValueIsReleased() async throws {
         let executor = ManualExecutor()
         var value: BroadcastValue<Int, Never>? = BroadcastValue(0)
@@ -407,6 +429,7 @@ import Testing
 
     // MARK: V15 — for await on the BroadcastValue = subscribe().makeAsyncIterator()
 
+    // claims: VAL-LOOP-SUBSCRIBES
     @Test func v15MakeAsyncIteratorSubscribesAtOnce() async throws {
         try await withDeadline("v15MakeAsyncIteratorSubscribesAtOnce") { () async throws -> Void in
             let value = BroadcastValue(0)
@@ -422,6 +445,7 @@ import Testing
         }
     }
 
+    // claims: VAL-LOOP-SUBSCRIBES
     @Test func v15AForAwaitLoopOnTheValueSeesTheCurrentValueThenChanges() async throws {
         let value = BroadcastValue(0)
         let seen = Locked<[Int]>([])

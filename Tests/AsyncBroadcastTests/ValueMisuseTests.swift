@@ -9,6 +9,7 @@ import Testing
 
     // MARK: V5 — every API, from inside update's body
 
+    // claims: MISUSE-VALUE-REENTRY
     @Test func v5ReadingTheValueFromInsideUpdateTraps() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             startExitTestWatchdog(exitingWith: 0)
@@ -18,6 +19,7 @@ import Testing
         expectMessage(result, Self.reentrance)
     }
 
+    // claims: MISUSE-VALUE-REENTRY
     @Test func v5SendFromInsideUpdateTraps() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             startExitTestWatchdog(exitingWith: 0)
@@ -27,6 +29,7 @@ import Testing
         expectMessage(result, Self.reentrance)
     }
 
+    // claims: MISUSE-VALUE-REENTRY
     @Test func v5UpdateFromInsideUpdateTraps() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             startExitTestWatchdog(exitingWith: 0)
@@ -36,6 +39,7 @@ import Testing
         expectMessage(result, Self.reentrance)
     }
 
+    // claims: MISUSE-VALUE-REENTRY
     @Test func v5SubscribeFromInsideUpdateTraps() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             startExitTestWatchdog(exitingWith: 0)
@@ -54,6 +58,7 @@ import Testing
         expectMessage(result, Self.reentrance)
     }
 
+    // claims: MISUSE-VALUE-REENTRY
     @Test func v5FinishFromInsideUpdateTraps() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             startExitTestWatchdog(exitingWith: 0)
@@ -120,6 +125,7 @@ import Testing
 
     // MARK: V5 — from Value.==
 
+    // claims: MISUSE-VALUE-REENTRY
     @Test func v5ReadingTheValueFromEqualsDuringSendTraps() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             startExitTestWatchdog(exitingWith: 0)
@@ -153,6 +159,7 @@ import Testing
 
     /// Control: an `==` that does not call back is fine, and so is one that
     /// calls into a different BroadcastValue.
+    // claims: VAL-OTHER-VALUES
     @Test func v5EqualsCallingIntoAnotherValueWorks() async {
         await #expect(processExitsWith: .success) {
             startExitTestWatchdog(exitingWith: 1)
@@ -167,6 +174,7 @@ import Testing
 
     // MARK: V13 — concurrent next() on one Subscription
 
+    // claims: MISUSE-CONCURRENT-NEXT
     @Test func v13ConcurrentNextWhileTheFirstIsParkedTraps() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             startExitTestWatchdog(exitingWith: 0)
@@ -187,6 +195,7 @@ import Testing
 
     /// The second reader arrives while the first is inside `next()` but not
     /// parked (held by a manual executor before it runs).
+    // claims: MISUSE-CONCURRENT-NEXT
     @Test func v13ConcurrentNextBeforeTheFirstParksTraps() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             startExitTestWatchdog(exitingWith: 0)

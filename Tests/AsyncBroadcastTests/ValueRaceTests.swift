@@ -37,6 +37,7 @@ import Testing
 
     /// V7 + V10 + V11: a change, cancel(), task cancellation and finish race
     /// on a parked reader.
+    // claims: DRF-RESUME-ONCE
     @Test func v7v10v11WakeCancelAndFinishRaceOnAParkedReader() async throws {
         for round in 0..<300 {
             let value = BroadcastValue(0, throwing: TestError.self)
@@ -104,6 +105,7 @@ import Testing
     /// A woken reader is resumed after the value's lock is released: the
     /// executor's enqueue (run inside the resume, on the sending thread)
     /// reads the value. Under the lock it would deadlock or trap.
+    // claims: DRF-NO-USER-CODE-UNDER-LOCK
     @Test func wakesHappenOutsideTheLock() async throws {
         let executor = ManualExecutor()
         let value = BroadcastValue(0)

@@ -8,6 +8,7 @@ import Testing
 @Suite struct ValueTests {
     // MARK: V1 — subscribe registers now, atomically with its starting value
 
+    // claims: VAL-SUBSCRIBE-ATOMIC
     @Test func v1SubscribeRegistersAtOnceAndStartsWithTheCurrentValue() async throws {
         let value = BroadcastValue(7)
         #expect(value.value == 7)
@@ -20,6 +21,7 @@ import Testing
         #expect(try await take(1, from: second) == [7])
     }
 
+    // claims: VAL-SUBSCRIBE-ATOMIC
     @Test func v1FirstNextReturnsTheValueCurrentAtThatNextNotAtSubscribe() async throws {
         let value = BroadcastValue(0)
         let subscription = value.subscribe()
@@ -30,6 +32,7 @@ import Testing
 
     /// The change made between `subscribe()` and the first `next()` is not
     /// lost: after it the reader parks instead of ending or repeating.
+    // claims: VAL-SUBSCRIBE-ATOMIC
     @Test func v1NothingIsLostBetweenSubscribeAndTheFirstRead() async throws {
         let value = BroadcastValue(0)
         let subscription = value.subscribe()
@@ -44,6 +47,7 @@ import Testing
     /// old value (and then sees the new one) or from the new one: never
     /// the old one alone (registered after the send but holding the value
     /// from before it).
+    // claims: VAL-SUBSCRIBE-ATOMIC
     @Test func v1SubscribeRacingASendNeverMissesIt() async throws {
         for round in 0..<300 {
             let value = BroadcastValue(0)
@@ -59,6 +63,7 @@ import Testing
 
     // MARK: V2 — newer than the last one returned; latest, not a backlog; one pending value
 
+    // claims: VAL-NEVER-TWICE
     @Test func v2NextNeverReturnsTheSameChangeTwice() async throws {
         let value = BroadcastValue(0)
         let subscription = value.subscribe()
@@ -70,6 +75,7 @@ import Testing
         #expect(try await withDeadline("reader") { try await reader.value } == [0, 1])
     }
 
+    // claims: VAL-AT-MOST-ONE-PENDING
     @Test func v2ASubscriberThatFellBehindGetsOnlyTheLatest() async throws {
         let value = BroadcastValue(0)
         let subscription = value.subscribe()
@@ -85,6 +91,7 @@ import Testing
     /// runs: it sees the latest, once, and no wake-up is counted twice.
     /// (Its task runs on a manual executor, so the three sends all happen
     /// between the wake-up and the read.)
+    // claims: VAL-NEVER-TWICE, VAL-AT-MOST-ONE-PENDING
     @Test func v2AParkedReaderWokenBySeveralSendsSeesExactlyTheLatest() async throws {
         let executor = ManualExecutor()
         let value = BroadcastValue(0)
@@ -106,6 +113,7 @@ import Testing
         #expect(try await withDeadline("reader") { await reader.value } == [0, 3])
     }
 
+    // claims: VAL-AT-MOST-ONE-PENDING
     @Test func v2EachSubscriberHoldsAtMostOnePendingValue() async throws {
         let counter = LiveCounter()
         do {
@@ -126,6 +134,7 @@ import Testing
 
     /// `changeCount` is the version: +1 per effective change, and every
     /// value a subscriber returns is newer than the one before.
+    // claims: VAL-NEVER-TWICE
     @Test func v2VersionsStrictlyIncrease() async throws {
         let value = BroadcastValue(0)
         #expect(value.changeCount == 0, "the initial value is not a change")
@@ -147,6 +156,7 @@ import Testing
 
     // MARK: V3 — Equatable: an equal send/update is not a change
 
+    // claims: VAL-EQUAL-NOT-CHANGE
     @Test func v3AnEqualSendOrUpdateWakesNobodyAndIsNotSeen() async throws {
         let value = BroadcastValue(0)
         let subscription = value.subscribe()
@@ -170,6 +180,7 @@ import Testing
 
     /// A subscriber that is not reading and has seen the current value has
     /// nothing unseen after an equal send: at finish it just ends.
+    // claims: VAL-EQUAL-NOT-CHANGE
     @Test func v3AnEqualSendIsNotSeenByAnIdleSubscriber() async throws {
         let value = BroadcastValue("a")
         let subscription = value.subscribe()
@@ -181,6 +192,7 @@ import Testing
         #expect(try await drain(subscription) == [])
     }
 
+    // claims: VAL-EQUAL-NOT-CHANGE
     @Test func v3ANonEquatableValueChangesOnEverySendEvenTheSame() async throws {
         let value = BroadcastValue(Opaque(n: 0))
         let subscription = value.subscribe()
@@ -195,6 +207,7 @@ import Testing
         #expect(value.changeCount == 2, "a no-op update is a change too")
     }
 
+    // claims: VAL-EQUAL-NOT-CHANGE
     @Test func v3SendingTheSameInstanceOfANonEquatableClassIsAChange() async throws {
         let counter = LiveCounter()
         let payload = Payload(1, counter)
@@ -208,6 +221,7 @@ import Testing
 
     /// `==` decides, not the bits: a send equal by `==` but different in
     /// its other fields is no change.
+    // claims: VAL-EQUAL-NOT-CHANGE
     @Test func v3EqualityIsTheValuesOwnEquals() {
         let value = BroadcastValue(IdentifiedByID(id: 1, note: "a"))
         value.send(IdentifiedByID(id: 1, note: "b"))
@@ -218,6 +232,7 @@ import Testing
 
     /// Created and driven from code that does not know the type is
     /// Equatable (and for conditional conformances): still detected.
+    // claims: VAL-EQUAL-NOT-CHANGE
     @Test func v3EquatableIsDetectedAtRuntimeAlsoInGenericCode() {
         #expect(changesAfterSendingTwiceAndANoOpUpdate(5, 5) == 0)
         #expect(changesAfterSendingTwiceAndANoOpUpdate(5, 6) == 1)
@@ -243,6 +258,7 @@ import Testing
 
     // MARK: V4 — update: atomic read-modify-write, result, throwing body, old value kept for comparison
 
+    // claims: VAL-UPDATE-ATOMIC
     @Test func v4UpdateReturnsTheBodysResult() {
         let value = BroadcastValue(1)
         let result = value.update { number -> String in
@@ -254,6 +270,7 @@ import Testing
         #expect(value.changeCount == 1)
     }
 
+    // claims: VAL-UPDATE-ATOMIC
     @Test func v4ConcurrentUpdatesAreAtomic() async throws {
         let value = BroadcastValue(0)
         let subscription = value.subscribe()
@@ -275,6 +292,7 @@ import Testing
 
     /// What the body changed before throwing is kept and published; the
     /// typed error is rethrown.
+    // claims: VAL-UPDATE-ATOMIC
     @Test func v4AThrowingBodyKeepsItsChangesAndRethrows() async throws {
         let value = BroadcastValue(1)
         let subscription = value.subscribe()
@@ -305,6 +323,7 @@ import Testing
     /// A collection mutated in place is compared with the value from before
     /// the body (a copy-on-write copy), so an in-place append is a change and
     /// an append undone is not.
+    // claims: VAL-UPDATE-PREVIOUS-KEPT
     @Test func v4InPlaceMutationIsComparedWithThePreviousValue() async throws {
         let value = BroadcastValue([1, 2, 3])
         let subscription = value.subscribe()
@@ -324,6 +343,7 @@ import Testing
 
     /// The previous value is kept alive past the body and released after
     /// the lock: its deinit can send into the same value.
+    // claims: VAL-UPDATE-PREVIOUS-KEPT, VAL-REPLACED-AFTER-LOCK, DRF-NO-USER-CODE-UNDER-LOCK
     @Test func v4UpdateReleasesThePreviousValueAfterTheLock() async throws {
         let target = WeakBox<BroadcastValue<SendsOnDeinit, Never>>()
         let value = BroadcastValue(SendsOnDeinit(1, sendsOnDeinit: 200, into: target))
@@ -339,6 +359,7 @@ import Testing
     /// Different instances do not share a re-entrance guard: updating one
     /// from inside another's update works (and so does the same instance
     /// from another thread, see v4ConcurrentUpdatesAreAtomic).
+    // claims: VAL-OTHER-VALUES
     @Test func v4UpdatingAnotherValueFromInsideAnUpdateWorks() {
         let outer = BroadcastValue(0)
         let inner = BroadcastValue(10)
@@ -357,6 +378,7 @@ import Testing
 
     // MARK: V6 — the replaced value is released after the lock
 
+    // claims: VAL-REPLACED-AFTER-LOCK, DRF-NO-USER-CODE-UNDER-LOCK
     @Test func v6AValueWhoseDeinitSendsIntoTheSameValueWorks() async throws {
         let target = WeakBox<BroadcastValue<SendsOnDeinit, Never>>()
         let value = BroadcastValue(SendsOnDeinit(1, sendsOnDeinit: 100, into: target))
@@ -369,6 +391,7 @@ import Testing
         #expect(value.changeCount == 2)
     }
 
+    // claims: VAL-REPLACED-AFTER-LOCK
     @Test func v6ADeinitSendWakesAParkedReaderAsANormalSend() async throws {
         let target = WeakBox<BroadcastValue<SendsOnDeinit, Never>>()
         let value = BroadcastValue(SendsOnDeinit(1, sendsOnDeinit: 100, into: target))
@@ -398,6 +421,48 @@ import Testing
         value.update { $0 = Payload(51, counter) }
         #expect(counter.live == 1)
         #expect(value.value.value == 51)
+    }
+
+    /// When `==` does not compare everything, an equal `send` is dropped
+    /// (the current instance stays) and an equal `update` keeps what its
+    /// closure wrote; neither is a change.
+    // claims: VAL-EQUAL-KEEPS
+    @Test func anEqualSendKeepsTheCurrentInstanceAndAnEqualUpdateKeepsWhatItWrote() {
+        let value = BroadcastValue(IdentifiedByID(id: 1, note: "a"))
+        value.send(IdentifiedByID(id: 1, note: "b"))
+        #expect(value.value.note == "a", "an equal send replaced the current instance")
+        value.update { $0 = IdentifiedByID(id: 1, note: "c") }
+        #expect(value.value.note == "c", "an equal update did not keep what it wrote")
+        #expect(value.changeCount == 0)
+    }
+
+    /// "Newer" is a later change, not a different value: after `a` to `b`
+    /// and back to `a`, a reader that last read `a` receives `a` again.
+    // claims: VAL-LATER-CHANGE
+    @Test func aChangeBackToTheValueLastReadIsStillAChange() async throws {
+        let value = BroadcastValue("a")
+        let subscription = value.subscribe()
+        #expect(try await take(1, from: subscription) == ["a"])
+        value.send("b")
+        value.send("a")
+        #expect(try await take(1, from: subscription) == ["a"])
+    }
+
+    /// Cancelling one subscriber leaves the others as they were: still
+    /// counted, still receiving each change.
+    // claims: VAL-END-ISOLATED
+    @Test func endingOneSubscriberLeavesTheOthers() async throws {
+        let value = BroadcastValue(0)
+        let leaving = value.subscribe()
+        let staying = value.subscribe()
+        #expect(try await take(1, from: staying) == [0])
+        leaving.cancel()
+        #expect(value.subscriberCount == 1)
+        value.send(1)
+        #expect(try await take(1, from: staying) == [1])
+        value.finish()
+        #expect(try await drain(staying) == [])
+        #expect(try await drain(leaving) == [])
     }
 }
 

@@ -1,7 +1,7 @@
 /// How a subscriber's buffer behaves when its consumer falls behind.
 ///
 /// Every subscriber has its own buffer; a slow subscriber never slows down or
-/// drops elements for another one.
+/// drops elements for another one. <!-- restates: SEQ-SLOW-NEVER-AFFECTS-OTHERS -->
 ///
 /// ```swift
 /// let events = BroadcastSequence(of: Event.self, bufferingPolicy: .bufferingNewest(10))
@@ -10,24 +10,29 @@
 /// ```
 public enum BroadcastBufferingPolicy: Sendable, Hashable {
     /// Keep every element until it is read (the default, as for `AsyncStream`).
+    /// <!-- restates: SEQ-UNBOUNDED-KEEPS-ALL -->
     case unbounded
     /// Keep the first `n` unread elements; newer elements are dropped while
     /// the buffer is full. With `n == 0` an element reaches this subscriber
     /// only if it is already waiting in `next()`.
+    /// <!-- restates: SEQ-OLDEST-KEEPS-FIRST -->
     case bufferingOldest(Int)
     /// Keep the last `n` unread elements; a new element evicts the oldest
     /// unread one while the buffer is full. With `n == 0` an element reaches
     /// this subscriber only if it is already waiting in `next()`.
+    /// <!-- restates: SEQ-NEWEST-KEEPS-LAST -->
     case bufferingNewest(Int)
     /// Never drop: `BroadcastSequence.emit(_:)` waits while this subscriber
     /// holds `n` or more unread elements. `send(_:)` still delivers (it never
     /// waits), so `send` can over-fill the buffer. `n` must be at least 1.
+    /// <!-- restates: SEQ-BOUNDED-NEVER-DROPS -->
     case bounded(Int)
 }
 
 extension BroadcastBufferingPolicy {
     /// Traps with a message naming `argument` if the policy is invalid, in
     /// every build configuration.
+    /// <!-- restates: MISUSE-NEGATIVE-CAPACITY -->
     @usableFromInline
     func validate(argument: StaticString) {
         switch self {

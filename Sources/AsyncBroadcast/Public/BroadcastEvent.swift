@@ -16,6 +16,7 @@ public enum BroadcastEvent<Element: Sendable>: Sendable {
     /// `n ≥ 1` elements were dropped here, between the events before and
     /// after this one (see "Lag in-band" in Semantics.md for where each
     /// policy puts it).
+    /// <!-- restates: EVENTS-LAGGED-WHERE-DROPPED -->
     case lagged(Int)
 }
 

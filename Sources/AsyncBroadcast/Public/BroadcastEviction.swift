@@ -7,7 +7,7 @@
 /// `subscriberCount`, what it held is discarded, emitters waiting on it are
 /// released, and its reader gets `nil` (the end of its events); but
 /// ``BroadcastSequence/Subscription/isEvicted`` is `true`. The element whose
-/// send evicts it is not delivered to it.
+/// send evicts it is not delivered to it. <!-- restates: EVICT-ENDS-LIKE-CANCEL -->
 ///
 /// ```swift
 /// // A WebSocket client that holds more than 1,000 unread messages is dropped.
@@ -39,10 +39,11 @@ public struct BroadcastEviction: Sendable, Hashable {
 
     /// Ends the subscriber at the send that would make it hold more than
     /// `unread` elements (`unread ≥ 1`; a smaller value traps with a message).
+    /// <!-- restates: EVICT-HARD -->
     ///
     /// A send that its policy drops or that evicts its oldest element does not
     /// make it hold more, so a `.bufferingOldest(n)` or `.bufferingNewest(n)`
-    /// subscriber with `n ≤ unread` is never evicted by this limit.
+    /// subscriber with `n ≤ unread` is never evicted by this limit. <!-- restates: EVICT-LOSSY-NEVER-HARD -->
     ///
     /// ```swift
     /// let subscription = sequence.subscribe(bufferingPolicy: .bounded(64), eviction: .hardLimit(256))
@@ -57,7 +58,7 @@ public struct BroadcastEviction: Sendable, Hashable {
     ///
     /// The time starts at the first send that finds it holding more than
     /// `unread`; a send that finds it at `unread` or below resets it.
-    /// `ContinuousClock` is read only for such over-limit subscribers.
+    /// `ContinuousClock` is read only for such over-limit subscribers. <!-- restates: EVICT-SOFT -->
     ///
     /// ```swift
     /// let subscription = sequence.subscribe(eviction: .softLimit(100, for: .seconds(10)))
@@ -69,6 +70,7 @@ public struct BroadcastEviction: Sendable, Hashable {
     }
 
     /// Both limits; whichever is reached first ends it.
+    /// <!-- restates: EVICT-BOTH -->
     ///
     /// ```swift
     /// let subscription = sequence.subscribe(eviction: .limits(hard: 1_000, soft: 100, for: .seconds(10)))

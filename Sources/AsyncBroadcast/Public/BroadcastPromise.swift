@@ -1,8 +1,8 @@
 /// One result for many waiters: a latch, a readiness signal.
 ///
 /// The first ``succeed(_:)`` or ``fail(_:)`` wins; later calls return
-/// `false` and change nothing. Every waiter, early or late, gets the same
-/// result: waiters that come after completion get it at once.
+/// `false` and change nothing. <!-- restates: PROM-FIRST-WINS --> Every waiter, early or late, gets the same
+/// result: waiters that come after completion get it at once. <!-- restates: PROM-SAME-RESULT -->
 ///
 /// ```swift
 /// let ready = BroadcastPromise<Void, any Error>()
@@ -16,11 +16,11 @@
 ///
 /// A waiter whose task is cancelled stops waiting at once with
 /// `CancellationError` and is forgotten: a promise does not grow with
-/// cancelled waiters.
+/// cancelled waiters. <!-- restates: PROM-NO-GROWTH -->
 ///
 /// A task waiting in ``value`` holds a reference to the promise, so a
 /// promise cannot go away under its waiters; if nobody is left to complete
-/// it, its waiters wait until their tasks are cancelled.
+/// it, its waiters wait until their tasks are cancelled. <!-- restates: PROM-LIFETIME -->
 public final class BroadcastPromise<Value: Sendable, Failure: Error>: @unchecked Sendable {
     // `result_` and `waiters` are guarded by `lock`. `result_` is written
     // once, before `completed` is set (release); a reader that sees
@@ -60,6 +60,7 @@ public final class BroadcastPromise<Value: Sendable, Failure: Error>: @unchecked
 
     /// Completes the promise with `value`, resuming every waiter. Returns
     /// `false` (and changes nothing) if it was already completed.
+    /// <!-- restates: PROM-FIRST-WINS -->
     ///
     /// ```swift
     /// config.succeed(loadedConfig)
@@ -71,6 +72,7 @@ public final class BroadcastPromise<Value: Sendable, Failure: Error>: @unchecked
 
     /// Completes the promise with `error`, which every waiter throws.
     /// Returns `false` (and changes nothing) if it was already completed.
+    /// <!-- restates: PROM-FIRST-WINS -->
     ///
     /// ```swift
     /// config.fail(.missing)
@@ -102,6 +104,7 @@ public final class BroadcastPromise<Value: Sendable, Failure: Error>: @unchecked
 
     /// The result, or `nil` while the promise is not completed. Never
     /// suspends.
+    /// <!-- restates: PROM-RESULT -->
     ///
     /// ```swift
     /// if case .success(let config)? = configPromise.result { use(config) }
@@ -118,7 +121,7 @@ public final class BroadcastPromise<Value: Sendable, Failure: Error>: @unchecked
     /// or `CancellationError` if the task is cancelled while it waits.
     ///
     /// Once the promise is completed this returns (or throws) at once, also
-    /// from a cancelled task.
+    /// from a cancelled task. <!-- restates: PROM-VALUE-AT-ONCE -->
     ///
     /// ```swift
     /// let config = try await configPromise.value

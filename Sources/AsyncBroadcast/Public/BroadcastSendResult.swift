@@ -8,15 +8,19 @@ public struct BroadcastSendResult: Sendable, Hashable {
     /// Subscribers that now hold the element in their buffer, or were handed
     /// it while waiting in `next()`. A `.bufferingNewest` subscriber that had
     /// to evict its oldest element counts here and in `dropped`.
+    /// <!-- restates: SEQ-COUNT-DELIVERED -->
     public var delivered: Int
     /// Subscribers whose buffering policy dropped an element for this send:
     /// the new element (`.bufferingOldest`, or capacity 0 with no reader
     /// waiting) or their oldest unread one (`.bufferingNewest`).
+    /// <!-- restates: SEQ-COUNT-DROPPED -->
     public var dropped: Int
     /// The sequence had already finished: nothing was delivered.
+    /// <!-- restates: SEQ-COUNT-FINISHED -->
     public var isFinished: Bool
     /// Subscribers that this send ended by their eviction limit
     /// (``BroadcastEviction``): they did not receive the element.
+    /// <!-- restates: EVICT-ISEVICTED -->
     ///
     /// ```swift
     /// let result = sequence.send(event)

@@ -2,6 +2,7 @@ extension BroadcastSequence {
     /// Registers a subscriber now, as ``subscribe(bufferingPolicy:)`` does,
     /// that is ended instead of holding more once it passes `eviction`'s
     /// limits (see ``BroadcastEviction``).
+    /// <!-- restates: EVICT-HARD -->
     ///
     /// ```swift
     /// let client = feed.subscribe(bufferingPolicy: .unbounded, eviction: .hardLimit(1_000))
@@ -32,6 +33,7 @@ extension BroadcastSequence.Subscription {
     /// (``BroadcastEviction``): its reader got `nil`, as at a normal end.
     /// `false` after ``cancel()``, its task's cancellation or the
     /// sequence's end.
+    /// <!-- restates: EVICT-ISEVICTED -->
     ///
     /// ```swift
     /// for await message in client { try await socket.write(message) }

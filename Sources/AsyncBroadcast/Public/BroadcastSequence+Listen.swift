@@ -21,12 +21,12 @@ extension BroadcastSequence {
     /// ```
     ///
     /// - A restart never begins before the previous take-down has returned:
-    ///   one listener at a time, never two.
+    ///   one listener at a time, never two. <!-- restates: LISTEN-RESTART-WAITS -->
     /// - At a stop while `listen` still runs, its task is cancelled; its
-    ///   take-down runs once it returns.
+    ///   take-down runs once it returns. <!-- restates: LISTEN-STOP-DURING-LISTEN -->
     /// - The take-down runs in a task that is not cancelled, so it can
-    ///   await a clean close.
-    /// - ``upstreamStopped()`` returns once nothing of it runs.
+    ///   await a clean close. <!-- restates: LISTEN-TAKEDOWN -->
+    /// - ``upstreamStopped()`` returns once nothing of it runs. <!-- restates: LISTEN-UPSTREAM-STOPPED -->
     /// - The sink calls ``BroadcastSink/ready()`` once the listener is in
     ///   place; subscribers waiting in
     ///   ``BroadcastSequence/Subscription/upstreamReady()`` go on then.
@@ -43,6 +43,7 @@ extension BroadcastSequence {
     /// shutdown, for instance). While the upstream runs it waits until it
     /// stops. Returns at once for a sequence without an upstream, and when
     /// the task is cancelled.
+    /// <!-- restates: LISTEN-UPSTREAM-STOPPED -->
     ///
     /// ```swift
     /// notifications.finish()
@@ -56,6 +57,7 @@ extension BroadcastSequence {
     /// with `replayable: false` the replay window keeps what it had, so a
     /// later subscriber never starts with it (an out-of-band event: a
     /// resync marker, a "you missed something").
+    /// <!-- restates: SEQ-OUT-OF-BAND-NOT-REPLAYED -->
     ///
     /// ```swift
     /// feed.send(.resync, replayable: false)
@@ -72,6 +74,7 @@ extension BroadcastSequence.Subscription {
     /// Waits until the listener feeding this subscriber is in place (its
     /// sink called ``BroadcastSink/ready()``): `true`; `false` if the
     /// sequence ended first, or once this subscriber has ended.
+    /// <!-- restates: READY-FALSE -->
     ///
     /// ```swift
     /// let subscription = notifications.subscribe()
@@ -80,18 +83,18 @@ extension BroadcastSequence.Subscription {
     /// ```
     ///
     /// - `true` at once for a sequence that has no listener (a plain one,
-    ///   `init(upstream:)`, `broadcast()`): there is nothing to wait for.
+    ///   `init(upstream:)`, `broadcast()`): there is nothing to wait for. <!-- restates: READY-NO-LISTENER -->
     /// - The registration that serves this subscriber is the one running
     ///   when it subscribed, or the next one to start. A registration that
     ///   stopped before it subscribed (`whileSubscribed`) does not count:
-    ///   the next one must call `ready()` again.
+    ///   the next one must call `ready()` again. <!-- restates: READY-TRUE -->
     /// - A subscriber still draining after the end: `true` if its
     ///   registration said ready before the end.
     /// - Also for a topic's subscription (``BroadcastTopics``' listener
-    ///   forms): it waits for its topic's registration.
+    ///   forms): it waits for its topic's registration. <!-- restates: TOPIC-READY -->
     ///
     /// - Throws: `CancellationError` at once when the task is cancelled
-    ///   while it waits.
+    ///   while it waits. <!-- restates: READY-CANCEL -->
     public func upstreamReady() async throws(CancellationError) -> Bool {
         guard let storage = core.storage else { return true }  // no sequence behind it: nothing to wait for
         guard let ready = await storage.upstreamReady(for: core) else { throw CancellationError() }

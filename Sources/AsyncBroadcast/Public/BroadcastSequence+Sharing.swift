@@ -7,13 +7,13 @@ extension BroadcastSequence {
     /// The library iterates the upstream in a task of its own, once for all
     /// subscribers, and delivers each element as ``emit(_:)`` does: a full
     /// `.bounded` subscriber makes the upstream wait; the other policies
-    /// never do. When the upstream ends, the sequence finishes; when it
-    /// throws, the sequence finishes with that error. Releasing the sequence
-    /// (or calling ``finish()``) cancels the iteration.
+    /// never do. <!-- restates: SHARE-LOSSY-NEVER-WAIT --> When the upstream ends, the sequence finishes; when it
+    /// throws, the sequence finishes with that error. <!-- restates: SHARE-UPSTREAM-END-FINISHES --> Releasing the sequence
+    /// (or calling ``finish()``) cancels the iteration. <!-- restates: SHARE-RELEASE-STOPS -->
     ///
     /// `upstream` is called inside that task, once per start: once with
     /// `.eagerly` and `.lazily`, again at each restart with
-    /// ``BroadcastStart/whileSubscribed(stopAfter:)``.
+    /// ``BroadcastStart/whileSubscribed(stopAfter:)``. <!-- restates: SHARE-UPSTREAM-IN-LIBRARY-TASK -->
     ///
     /// ```swift
     /// let prices = BroadcastSequence(bufferingPolicy: .bufferingNewest(16),
@@ -23,7 +23,7 @@ extension BroadcastSequence {
     /// ```
     ///
     /// An upstream that ignores task cancellation is only let go at its
-    /// next element (which is then dropped) or at its end.
+    /// next element (which is then dropped) or at its end. <!-- restates: SHARE-IGNORES-CANCELLATION -->
     @available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *)
     @inlinable
     public convenience init<Upstream: AsyncSequence & Sendable>(
@@ -50,13 +50,13 @@ extension BroadcastSequence {
     /// The unregister closure is called exactly once per `register` call:
     /// when the run stops (``BroadcastStart/whileSubscribed(stopAfter:)``),
     /// when the sequence finishes (``BroadcastSink/finish()``, ``finish()``)
-    /// or when it is released. `register` and unregister closures never run
+    /// or when it is released. <!-- restates: SHARE-UNREGISTER-ONCE --> `register` and unregister closures never run
     /// at the same time as each other, and never while the library holds a
-    /// lock. They normally run on the thread that caused the start or stop
+    /// lock. <!-- restates: SHARE-REGISTER-ALTERNATE --> They normally run on the thread that caused the start or stop
     /// (the first subscriber's, the last one's, the one releasing the
     /// sequence) or in the stop timer's task; when another thread is
     /// already starting or stopping a run, that thread performs the next
-    /// start or stop too, right after its current one.
+    /// start or stop too, right after its current one. <!-- restates: SHARE-ONE-RECONCILER -->
     @inlinable
     public convenience init(
         bufferingPolicy: BufferingPolicy = .unbounded, replay: Int = 0, started: BroadcastStart = .lazily,
@@ -70,13 +70,13 @@ extension BroadcastSequence {
     /// change.
     ///
     /// Conflated like any ``BroadcastValue``: a reader that falls behind
-    /// gets the latest count, never the same change twice. It may get the
+    /// gets the latest count, never the same change twice. <!-- restates: SEQ-COUNTS-FOLLOW --> It may get the
     /// count it already had when the changes it missed cancel out (0, then
     /// 0 again after a subscriber came and went): read each value as "the
     /// count now". It ends
     /// once the sequence has finished and its last subscriber is gone (the
-    /// count can no longer change). Each access is a new subscription; it
-    /// does not count as a subscriber of this sequence, nor keep it alive.
+    /// count can no longer change). <!-- restates: SEQ-COUNTS-END --> Each access is a new subscription; it
+    /// does not count as a subscriber of this sequence, nor keep it alive. <!-- restates: SEQ-COUNTS-NOT-SUBSCRIBER -->
     ///
     /// ```swift
     /// // Start expensive work only while someone listens.
@@ -93,9 +93,11 @@ extension BroadcastSequence {
     /// producer's element lands in between. Each subscriber's buffer takes
     /// the batch in one step, and a waiting reader is woken once, after it,
     /// so a batch costs a fraction of as many single sends.
+    /// <!-- restates: SEQ-BATCH-ATOMIC -->
+    /// <!-- restates: SEQ-BATCH-ONE-WAKE -->
     ///
     /// The result sums the counts over the elements. After `finish`, delivers
-    /// nothing and returns a result with `isFinished == true`.
+    /// nothing and returns a result with `isFinished == true`. <!-- restates: SEQ-BATCH-RESULT-SUM -->
     ///
     /// ```swift
     /// events.send(contentsOf: parsedFrame.events)
@@ -103,7 +105,7 @@ extension BroadcastSequence {
     ///
     /// The elements are gathered before the lock is taken (an `Array`'s own
     /// storage is used as is), so `elements` may be any sequence, even one
-    /// that computes its elements or calls back into this one.
+    /// that computes its elements or calls back into this one. <!-- restates: SEQ-BATCH-NO-USER-CODE-UNDER-LOCK -->
     @inlinable @discardableResult
     public func send<S: Sequence>(contentsOf elements: S) -> BroadcastSendResult where S.Element == Element {
         if let result = elements.withContiguousStorageIfAvailable({ storage.send(batch: $0) }) { return result }
@@ -116,6 +118,7 @@ extension BroadcastSequence where Failure == any Error {
     /// typed `AsyncSequence` failures, and for upstreams whose failure is
     /// not `any Error`: the upstream is iterated with the untyped `next()`
     /// and its error is delivered as `any Error`.
+    /// <!-- restates: SHARE-UNTYPED-ERROR -->
     ///
     /// `AsyncSequence.Failure` exists from macOS 15 / iOS 18 / tvOS 18 /
     /// watchOS 11 / visionOS 2 on. This overload needs only what macOS 10.15
@@ -163,7 +166,7 @@ extension AsyncSequence where Self: Sendable, Element: Sendable {
     /// With ``BroadcastStart/whileSubscribed(stopAfter:)``, each restart
     /// iterates this same sequence again (`makeAsyncIterator()` again): for
     /// a single-pass sequence such as `AsyncStream`, that iteration ends at
-    /// once, which finishes the shared sequence. To restart with a fresh
+    /// once, which finishes the shared sequence. <!-- restates: SHARE-BROADCAST-SINGLE-PASS --> To restart with a fresh
     /// source, use ``BroadcastSequence/init(bufferingPolicy:replay:started:upstream:)-55nxr``
     /// with a closure that creates one.
     @available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *)

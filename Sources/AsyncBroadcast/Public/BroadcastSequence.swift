@@ -5,7 +5,7 @@
 /// `.bounded` subscriber is full) from any thread or task. Each subscriber
 /// (each ``subscribe(bufferingPolicy:)`` call, and each `for await` loop over
 /// the sequence itself) has its own buffer and receives, in order, every
-/// element sent after it subscribed, as its ``BufferingPolicy`` allows.
+/// element sent after it subscribed, as its ``BufferingPolicy`` allows. <!-- restates: SEQ-ORDER-SAME -->
 ///
 /// ```swift
 /// let events = BroadcastSequence(of: AppEvent.self)
@@ -29,7 +29,7 @@
 ///
 /// The sequence finishes when ``finish()`` or ``finish(throwing:)`` is
 /// called, or when its last reference goes away; subscribers then drain
-/// what they hold and end.
+/// what they hold and end. <!-- restates: SEQ-DEINIT-FINISHES -->
 public final class BroadcastSequence<Element: Sendable, Failure: Error>: AsyncSequence, Sendable {
     public typealias BufferingPolicy = BroadcastBufferingPolicy
     public typealias AsyncIterator = Subscription.AsyncIterator
@@ -43,13 +43,13 @@ public final class BroadcastSequence<Element: Sendable, Failure: Error>: AsyncSe
     ///     own in ``subscribe(bufferingPolicy:)``.
     ///   - replay: How many of the most recent elements the sequence keeps
     ///     for new subscribers. A new subscriber receives all of them first,
-    ///     whatever its policy (a smaller capacity does not cut the window);
+    ///     whatever its policy (a smaller capacity does not cut the window); <!-- restates: SEQ-REPLAY-NOT-CUT -->
     ///     its policy governs what is sent afterwards. (For one result that
     ///     late waiters still get, use ``BroadcastPromise``; for a current
     ///     value, ``BroadcastValue``.)
     ///
     /// A negative `replay` or capacity, or `.bounded(0)`, traps with a
-    /// message naming it, in every build configuration.
+    /// message naming it, in every build configuration. <!-- restates: MISUSE-NEGATIVE-REPLAY -->
     public init(bufferingPolicy: BufferingPolicy = .unbounded, replay: Int = 0) {
         if replay < 0 { misuse("replay must not be negative (got \(replay))") }
         bufferingPolicy.validate(argument: "bufferingPolicy")
@@ -86,6 +86,8 @@ public final class BroadcastSequence<Element: Sendable, Failure: Error>: AsyncSe
     /// policy, without waiting. A full `.bounded` subscriber still receives
     /// it (only ``emit(_:)`` waits). After `finish`, delivers nothing and
     /// returns a result with `isFinished == true`.
+    /// <!-- restates: SEQ-BOUNDED-NEVER-DROPS -->
+    /// <!-- restates: SEQ-COUNT-FINISHED -->
     @inlinable @discardableResult
     public func send(_ element: Element) -> BroadcastSendResult {
         storage.send(element)
@@ -93,13 +95,14 @@ public final class BroadcastSequence<Element: Sendable, Failure: Error>: AsyncSe
 
     /// Waits while any live `.bounded(n)` subscriber holds `n` or more unread
     /// elements, then delivers like ``send(_:)``.
+    /// <!-- restates: SEQ-EMIT-WAITS-WHILE-FULL -->
     ///
     /// Returns at once when there is room. Waiting emitters are served in
-    /// arrival order. A subscriber that ends releases the emitters waiting on
-    /// it; `finish` releases them with an `isFinished` result.
+    /// arrival order. <!-- restates: SEQ-EMIT-FIFO --> A subscriber that ends releases the emitters waiting on
+    /// it; `finish` releases them with an `isFinished` result. <!-- restates: SEQ-EMIT-RELEASED-BY-FINISH -->
     ///
     /// - Throws: `CancellationError` if the task is cancelled while waiting;
-    ///   then no subscriber receives the element.
+    ///   then no subscriber receives the element. <!-- restates: SEQ-EMIT-CANCEL-NONE -->
     @inlinable @discardableResult
     public func emit(_ element: Element) async throws(CancellationError) -> BroadcastSendResult {
         try await storage.emit(element)
@@ -107,6 +110,7 @@ public final class BroadcastSequence<Element: Sendable, Failure: Error>: AsyncSe
 
     /// Ends the sequence. Each subscriber receives what it already holds,
     /// then `nil`. Only the first `finish` or `finish(throwing:)` counts.
+    /// <!-- restates: SEQ-FINISH-FIRST-WINS -->
     public func finish() {
         storage.finish(.finished)
     }
@@ -114,6 +118,7 @@ public final class BroadcastSequence<Element: Sendable, Failure: Error>: AsyncSe
     /// Ends the sequence with `error`. Each subscriber receives what it
     /// already holds, then throws `error` once, then returns `nil`. Only the
     /// first `finish` or `finish(throwing:)` counts.
+    /// <!-- restates: SEQ-FINISH-DRAIN-THEN-END -->
     public func finish(throwing error: Failure) {
         storage.finish(.failed(error))
     }
@@ -122,7 +127,7 @@ public final class BroadcastSequence<Element: Sendable, Failure: Error>: AsyncSe
     ///
     /// After `finish`, a subscriber counts until it has drained its buffer
     /// (one that holds nothing when the sequence finishes leaves at once),
-    /// or until it is cancelled or released.
+    /// or until it is cancelled or released. <!-- restates: SEQ-FINISH-IDLE-LEAVES -->
     public var subscriberCount: Int { storage.subscriberCount }
 
     /// Whether `finish()` or `finish(throwing:)` has been called.
@@ -132,13 +137,14 @@ public final class BroadcastSequence<Element: Sendable, Failure: Error>: AsyncSe
 
     /// Registers a subscriber now: every element sent after this returns is
     /// buffered for it, whether or not it is iterated yet.
+    /// <!-- restates: SEQ-SUBSCRIBE-REGISTERS -->
     ///
     /// - Parameter bufferingPolicy: This subscriber's policy; `nil` means the
     ///   sequence's default.
     ///
     /// From a cancelled task, or after `finish`, the subscription yields the
     /// replayed elements (if any), then ends (with the sequence's error, if
-    /// it failed).
+    /// it failed). <!-- restates: SEQ-UNREGISTERED-SUBSCRIBE -->
     @inlinable
     public func subscribe(bufferingPolicy: BufferingPolicy? = nil) -> Subscription {
         let policy = bufferingPolicy ?? storage.defaultPolicy
@@ -148,6 +154,7 @@ public final class BroadcastSequence<Element: Sendable, Failure: Error>: AsyncSe
 
     /// `subscribe().makeAsyncIterator()`: each `for await` loop over the
     /// sequence is its own subscriber, starting when the loop starts.
+    /// <!-- restates: SEQ-LOOP-OWN-SUBSCRIBER -->
     @inlinable
     public func makeAsyncIterator() -> Subscription.AsyncIterator {
         subscribe().makeAsyncIterator()

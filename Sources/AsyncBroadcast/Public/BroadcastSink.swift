@@ -3,7 +3,7 @@
 ///
 /// Call it from any thread, at any time: inside `register` itself, from the
 /// listener's own queue, even after the listener was unregistered. It never
-/// suspends and never blocks on a subscriber.
+/// suspends and never blocks on a subscriber. <!-- restates: SHARE-SINK-NEVER-WAITS -->
 ///
 /// ```swift
 /// let locations = BroadcastSequence<Location, Never>(started: .whileSubscribed()) { sink in
@@ -15,7 +15,7 @@
 /// Each `register` call gets its own sink. Once that registration is
 /// stopped (its unregister closure has been, or is about to be, called) or
 /// the sequence has finished, the sink delivers nothing: a late callback is
-/// harmless.
+/// harmless. <!-- restates: SHARE-STALE-SINK -->
 public struct BroadcastSink<Element: Sendable, Failure: Error>: Sendable {
     @usableFromInline let storage: BroadcastStorage<Element, Failure>
     @usableFromInline let generation: UInt64
@@ -29,9 +29,10 @@ public struct BroadcastSink<Element: Sendable, Failure: Error>: Sendable {
     /// Hands `element` to every current subscriber, as
     /// ``BroadcastSequence/send(_:)`` does: a full `.bounded` subscriber
     /// still receives it (a callback cannot be made to wait).
+    /// <!-- restates: SHARE-SINK-NEVER-WAITS -->
     ///
     /// After this sink's registration was stopped, or the sequence finished,
-    /// delivers nothing and returns a result with `isFinished == true`.
+    /// delivers nothing and returns a result with `isFinished == true`. <!-- restates: SHARE-STALE-SINK -->
     @inlinable @discardableResult
     public func send(_ element: Element) -> BroadcastSendResult {
         storage.sinkSend(element, generation: generation)
@@ -40,6 +41,7 @@ public struct BroadcastSink<Element: Sendable, Failure: Error>: Sendable {
     /// Ends the sequence, as ``BroadcastSequence/finish()`` does, and stops
     /// this registration (its unregister closure is called). Ignored once
     /// the registration was stopped.
+    /// <!-- restates: SHARE-UPSTREAM-END-FINISHES -->
     public func finish() {
         storage.runEnded(generation: generation, end: .finished, taskReturned: false)
     }
@@ -55,6 +57,7 @@ public struct BroadcastSink<Element: Sendable, Failure: Error>: Sendable {
     /// in ``BroadcastSequence/Subscription/upstreamReady()`` go on, and
     /// later ones do not wait. Idempotent; ignored once the registration
     /// stopped or the sequence finished.
+    /// <!-- restates: READY-STALE-IGNORED -->
     ///
     /// ```swift
     /// let listener = try await connection.listen(on: "orders") { sink.send($0) }

@@ -25,25 +25,28 @@ public struct BroadcastStart: Sendable {
     /// Starts the upstream when the sequence is created, subscribers or not.
     /// It then runs until it ends (or the sequence is finished or released);
     /// subscribers leaving do not stop it.
+    /// <!-- restates: SHARE-EAGERLY -->
     public static var eagerly: BroadcastStart { BroadcastStart(mode: .eagerly) }
 
     /// Starts the upstream at the first subscriber. It then runs until it
     /// ends (or the sequence is finished or released); subscribers leaving
     /// do not stop it.
+    /// <!-- restates: SHARE-LAZILY -->
     public static var lazily: BroadcastStart { BroadcastStart(mode: .lazily) }
 
     /// Starts the upstream at the first subscriber and stops it once the
     /// last one has been gone for `stopAfter`; the next subscriber starts a
     /// fresh one (a new `upstream()` or `register` call) on the same
     /// sequence.
+    /// <!-- restates: SHARE-RESTART -->
     ///
     /// With `.zero` (the default), the stop happens inside the call that
     /// removed the last subscriber (its `cancel()`, its release, or its
-    /// `for await` loop ending). With a delay, a subscriber that arrives
-    /// before it has elapsed keeps the running upstream: nothing restarts.
-    /// The replay window carries over from one run to the next.
+    /// `for await` loop ending). <!-- restates: SHARE-WHILE-SUBSCRIBED-STOP --> With a delay, a subscriber that arrives
+    /// before it has elapsed keeps the running upstream: nothing restarts. <!-- restates: SHARE-PENDING-STOP-CANCELLED -->
+    /// The replay window carries over from one run to the next. <!-- restates: SHARE-REPLAY-CARRIES -->
     ///
-    /// A negative `stopAfter` traps with a message naming it.
+    /// A negative `stopAfter` traps with a message naming it. <!-- restates: MISUSE-NEGATIVE-STOPAFTER -->
     @available(macOS 13, iOS 16, tvOS 16, watchOS 9, *)
     public static func whileSubscribed(stopAfter: Duration = .zero) -> BroadcastStart {
         whileSubscribed(stopAfter: stopAfter, clock: ContinuousClock())

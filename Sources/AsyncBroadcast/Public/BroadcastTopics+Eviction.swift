@@ -4,6 +4,7 @@ extension BroadcastTopics {
     /// holding more once it passes `eviction`'s limits (see
     /// ``BroadcastEviction``). An evicted subscriber leaves its topic as a
     /// cancelled one does (a topic left without subscribers is retired).
+    /// <!-- restates: EVICT-ENDS-LIKE-CANCEL -->
     ///
     /// ```swift
     /// let member = rooms.subscribe(to: room, eviction: .hardLimit(500))

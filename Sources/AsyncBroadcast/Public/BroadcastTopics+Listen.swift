@@ -13,7 +13,7 @@ extension BroadcastTopics {
     /// (``BroadcastSink/finish()``), or when everything finishes. If that
     /// stop comes while `listen` still runs, its task is cancelled and its
     /// take-down runs once it returns. A topic's next `listen` never starts
-    /// before its previous take-down has returned.
+    /// before its previous take-down has returned. <!-- restates: TOPIC-LISTEN-SERIAL -->
     ///
     /// ```swift
     /// // One PostgreSQL LISTEN per channel that has clients.
@@ -58,6 +58,7 @@ extension BroadcastTopics {
     /// does (a live topic whose start waits for its previous take-down does
     /// not count until it starts). Returns at once for topics without a listener, and when the
     /// task is cancelled.
+    /// <!-- restates: TOPIC-LISTENERS-STOPPED -->
     ///
     /// ```swift
     /// channels.finish()
@@ -71,6 +72,7 @@ extension BroadcastTopics {
     /// ``send(_:to:)`` does; with `replayable: false` the topic's replay
     /// window keeps what it had, so a later subscriber never starts with
     /// it (an out-of-band event: a resync marker, a "you missed something").
+    /// <!-- restates: SEQ-OUT-OF-BAND-NOT-REPLAYED -->
     ///
     /// ```swift
     /// channels.send(.resync, to: channel, replayable: false)

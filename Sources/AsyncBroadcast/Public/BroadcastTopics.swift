@@ -19,20 +19,20 @@
 /// (with a listener, until it has been gone `stopAfter`). While it is live it
 /// behaves exactly like a ``BroadcastSequence``: every subscriber gets every
 /// element sent after it subscribed, through its own buffer and policy, and
-/// a new subscriber starts with the topic's replay window. A send to a topic
+/// a new subscriber starts with the topic's replay window. <!-- restates: TOPIC-AS-SEQUENCE --> A send to a topic
 /// that is not live delivers to nobody, keeps nothing and reports
-/// `delivered == 0`; the replay window lives and dies with the topic.
+/// `delivered == 0`; the replay window lives and dies with the topic. <!-- restates: TOPIC-NOT-LIVE-KEEPS-NOTHING -->
 ///
 /// Nothing sent to a topic after ``subscribe(to:bufferingPolicy:)`` returns
 /// is missed by that subscriber, also when the subscribe races the topic's
 /// last subscriber leaving, its `stopAfter` running out, or
 /// ``finish(topic:)``: the subscriber lands on a topic that stays live, or
-/// starts a new one. Topics do not contend with each other: a send costs
+/// starts a new one. <!-- restates: TOPIC-SUBSCRIBE-FINISH-RACE --> Topics do not contend with each other: a send costs
 /// O(that topic's subscribers), never O(topics), and producers on different
-/// topics take different locks. A topic that has gone holds no memory.
+/// topics take different locks. A topic that has gone holds no memory. <!-- restates: TOPIC-GONE-FREED -->
 ///
 /// When the last reference to a `BroadcastTopics` goes away, it finishes
-/// (as ``finish()``): no subscriber is left waiting forever.
+/// (as ``finish()``): no subscriber is left waiting forever. <!-- restates: TOPIC-FINISH-ALL -->
 public final class BroadcastTopics<Topic: Hashable & Sendable, Element: Sendable, Failure: Error>: Sendable {
     public typealias BufferingPolicy = BroadcastBufferingPolicy
     /// A subscription to one topic: the same type a ``BroadcastSequence``
@@ -53,7 +53,7 @@ public final class BroadcastTopics<Topic: Hashable & Sendable, Element: Sendable
     ///     ``BroadcastSequence/init(bufferingPolicy:replay:)``).
     ///
     /// A negative `replay` or capacity, or `.bounded(0)`, traps with a
-    /// message naming it, in every build configuration.
+    /// message naming it, in every build configuration. <!-- restates: MISUSE-NEGATIVE-REPLAY -->
     ///
     /// ```swift
     /// let quotes = BroadcastTopics<String, Quote, Never>(bufferingPolicy: .bufferingNewest(1), replay: 1)
@@ -73,9 +73,9 @@ public final class BroadcastTopics<Topic: Hashable & Sendable, Element: Sendable
     /// `stopAfter` (a subscriber that comes back within it keeps the same
     /// listener), when ``finish(topic:)`` closes the topic, when the
     /// listener itself ends the topic (``BroadcastSink/finish()``), or when
-    /// everything finishes. A topic's `register` never runs at the same time
+    /// everything finishes. <!-- restates: TOPIC-REGISTER-LIFECYCLE --> A topic's `register` never runs at the same time
     /// as its previous unregister: a restart waits until the previous
-    /// unregister has returned. Neither runs while the library holds a lock.
+    /// unregister has returned. Neither runs while the library holds a lock. <!-- restates: TOPIC-REGISTER-ALTERNATE -->
     ///
     /// ```swift
     /// // One PostgreSQL LISTEN per channel that has clients, dropped 5 s after the last one leaves.
@@ -86,7 +86,7 @@ public final class BroadcastTopics<Topic: Hashable & Sendable, Element: Sendable
     /// ```
     ///
     /// Elements the listener sends while its topic has no subscriber (during
-    /// `stopAfter`) reach only the replay window. A negative `stopAfter`
+    /// `stopAfter`) reach only the replay window. <!-- restates: TOPIC-STOPAFTER-REPLAY-ONLY --> A negative `stopAfter`
     /// traps with a message naming it.
     @available(macOS 13, iOS 16, tvOS 16, watchOS 9, *)
     public convenience init(
@@ -129,6 +129,7 @@ public final class BroadcastTopics<Topic: Hashable & Sendable, Element: Sendable
     /// Registers a subscriber of `topic` now, making the topic live if it
     /// was not: every element sent to `topic` after this returns is buffered
     /// for it, whether or not it is iterated yet.
+    /// <!-- restates: TOPIC-AS-SEQUENCE -->
     ///
     /// ```swift
     /// let subscription = rooms.subscribe(to: room, bufferingPolicy: .bounded(64))
@@ -142,7 +143,7 @@ public final class BroadcastTopics<Topic: Hashable & Sendable, Element: Sendable
     ///
     /// From a cancelled task the subscription yields the topic's replay
     /// window (if the topic is live), then ends; it does not make the topic
-    /// live. After ``finish()`` it ends at once (with the error, after
+    /// live. <!-- restates: TOPIC-CANCELLED-NOT-LIVE --> After ``finish()`` it ends at once (with the error, after
     /// ``finish(throwing:)``).
     @inlinable
     public func subscribe(to topic: Topic, bufferingPolicy: BufferingPolicy? = nil) -> Subscription {
@@ -157,6 +158,7 @@ public final class BroadcastTopics<Topic: Hashable & Sendable, Element: Sendable
     /// each one's policy, without waiting, as ``BroadcastSequence/send(_:)``
     /// does. A topic that is not live gets nothing and keeps nothing:
     /// `delivered == 0`.
+    /// <!-- restates: TOPIC-NOT-LIVE-KEEPS-NOTHING -->
     ///
     /// ```swift
     /// let result = rooms.send(message, to: room)
@@ -174,6 +176,7 @@ public final class BroadcastTopics<Topic: Hashable & Sendable, Element: Sendable
     /// ``send(_:to:)`` calls would, in one step: no other producer's element
     /// lands in between (see ``BroadcastSequence/send(contentsOf:)``). The
     /// result sums the counts over the elements.
+    /// <!-- restates: SEQ-BATCH-ATOMIC -->
     ///
     /// ```swift
     /// rooms.send(contentsOf: history, to: room)
@@ -191,13 +194,14 @@ public final class BroadcastTopics<Topic: Hashable & Sendable, Element: Sendable
     /// unread elements, then delivers like ``send(_:to:)`` (see
     /// ``BroadcastSequence/emit(_:)``). A topic that is not live gets
     /// nothing, at once.
+    /// <!-- restates: TOPIC-NOT-LIVE-KEEPS-NOTHING -->
     ///
     /// ```swift
     /// try await rooms.emit(message, to: room)   // slows down to the slowest .bounded member
     /// ```
     ///
     /// - Throws: `CancellationError` if the task is cancelled while waiting;
-    ///   then no subscriber receives the element.
+    ///   then no subscriber receives the element. <!-- restates: SEQ-EMIT-CANCEL-NONE -->
     @inlinable @discardableResult
     public func emit(_ element: Element, to topic: Topic) async throws(CancellationError) -> BroadcastSendResult {
         try await registry.emit(element, to: topic)
@@ -211,6 +215,7 @@ public final class BroadcastTopics<Topic: Hashable & Sendable, Element: Sendable
     /// gone; the next ``subscribe(to:bufferingPolicy:)`` starts it afresh
     /// (with a listener: a new `register` call, once the unregister has
     /// returned).
+    /// <!-- restates: TOPIC-FINISH-ONE -->
     ///
     /// ```swift
     /// rooms.finish(topic: room)   // the room closed
@@ -224,6 +229,7 @@ public final class BroadcastTopics<Topic: Hashable & Sendable, Element: Sendable
     /// it holds, then `nil`; later subscribers end at once; later sends
     /// deliver nothing and report `isFinished`. Only the first `finish()` or
     /// `finish(throwing:)` counts.
+    /// <!-- restates: TOPIC-FINISH-ALL -->
     public func finish() {
         registry.finishAll(.finished)
     }
@@ -232,6 +238,7 @@ public final class BroadcastTopics<Topic: Hashable & Sendable, Element: Sendable
     /// holds, then throws `error` once, then returns `nil`; later
     /// subscribers throw it at once. Only the first `finish()` or
     /// `finish(throwing:)` counts.
+    /// <!-- restates: TOPIC-FINISH-ALL -->
     public func finish(throwing error: Failure) {
         registry.finishAll(.failed(error))
     }

@@ -1,11 +1,12 @@
 extension BroadcastValue {
     /// One subscriber of a ``BroadcastValue``: it holds at most one pending
     /// value, the latest one it has not returned yet.
+    /// <!-- restates: VAL-AT-MOST-ONE-PENDING -->
     ///
     /// The subscriber ends, and leaves the value at once, when ``cancel()``
     /// is called, when the subscription and all its iterators are released,
     /// when the consuming task is cancelled, or when the value finished and
-    /// the subscriber has taken the last value.
+    /// the subscriber has taken the last value. <!-- restates: VAL-RELEASE-ENDS -->
     ///
     /// ```swift
     /// let subscription = status.subscribe()
@@ -13,7 +14,7 @@ extension BroadcastValue {
     /// ```
     ///
     /// One subscription has one consumer: two `next()` calls at once trap
-    /// with a message, in release builds too.
+    /// with a message, in release builds too. <!-- restates: MISUSE-CONCURRENT-NEXT -->
     public final class Subscription: AsyncSequence, Sendable {
         public typealias Element = Value
 
@@ -39,6 +40,7 @@ extension BroadcastValue {
         /// later calls return at once; a call made while another thread's
         /// first call is still running returns before that call has
         /// finished.
+        /// <!-- restates: VAL-CANCEL -->
         ///
         /// ```swift
         /// subscription.cancel()
@@ -62,7 +64,7 @@ extension BroadcastValue {
             /// Throws the value's error once (after the last value) if it
             /// finished with `finish(throwing:)`. When the calling task is
             /// cancelled, the subscriber ends and this returns `nil`: at
-            /// once if it is waiting, otherwise within 32 calls.
+            /// once if it is waiting, otherwise within 32 calls. <!-- restates: VAL-TASK-CANCEL -->
             ///
             /// ```swift
             /// var iterator = settings.subscribe().makeAsyncIterator()

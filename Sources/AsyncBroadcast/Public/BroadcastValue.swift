@@ -4,7 +4,7 @@
 /// Use it for state that many observers follow: an authentication state,
 /// settings, a connection status. A subscriber never receives a stale
 /// backlog: one that falls behind gets the latest value, and it never gets
-/// the same change twice. ``value`` reads the current value synchronously.
+/// the same change twice. <!-- restates: VAL-NEVER-TWICE --> ``value`` reads the current value synchronously.
 ///
 /// ```swift
 /// let auth = BroadcastValue(AuthState.signedOut)
@@ -21,11 +21,11 @@
 /// When `Value` is `Equatable`, a ``send(_:)`` or ``update(_:)`` that
 /// leaves the value equal to the current one is not a change: it wakes
 /// nobody and no subscriber sees it. (This is found at run time, so it
-/// holds in generic code too.)
+/// holds in generic code too.) <!-- restates: VAL-EQUAL-NOT-CHANGE -->
 ///
 /// ``finish()`` ends the value: subscribers receive the last value they
 /// have not seen, then `nil`. Releasing the last reference to a
-/// `BroadcastValue` finishes it the same way.
+/// `BroadcastValue` finishes it the same way. <!-- restates: VAL-DEINIT-FINISHES -->
 public final class BroadcastValue<Value: Sendable, Failure: Error>: AsyncSequence, Sendable {
     public typealias Element = Value
     public typealias AsyncIterator = Subscription.AsyncIterator
@@ -67,9 +67,9 @@ public final class BroadcastValue<Value: Sendable, Failure: Error>: AsyncSequenc
 
     /// Replaces the value and wakes the subscribers waiting for a change.
     ///
-    /// Never suspends. After ``finish()`` it is ignored: the value is final.
+    /// Never suspends. After ``finish()`` it is ignored: the value is final. <!-- restates: VAL-FINISH-IGNORED -->
     /// The replaced value is released after the value's lock, so its
-    /// `deinit` may use this `BroadcastValue`.
+    /// `deinit` may use this `BroadcastValue`. <!-- restates: VAL-REPLACED-AFTER-LOCK -->
     ///
     /// ```swift
     /// settings.send(Settings(theme: .dark))
@@ -82,6 +82,7 @@ public final class BroadcastValue<Value: Sendable, Failure: Error>: AsyncSequenc
     /// Changes the value in place, atomically: no other ``send(_:)`` or
     /// `update` runs between reading and writing. Returns what `body`
     /// returns.
+    /// <!-- restates: VAL-UPDATE-ATOMIC -->
     ///
     /// ```swift
     /// let newCount = counter.update { count in
@@ -92,15 +93,15 @@ public final class BroadcastValue<Value: Sendable, Failure: Error>: AsyncSequenc
     ///
     /// `body` runs under the value's lock, so it must be short and must not
     /// use this `BroadcastValue` (not even ``value``): such a call from the
-    /// same thread traps with a message instead of deadlocking. If `body`
+    /// same thread traps with a message instead of deadlocking. <!-- restates: MISUSE-VALUE-REENTRY --> If `body`
     /// throws, what it changed before throwing is kept and published, and
-    /// the error is rethrown.
+    /// the error is rethrown. <!-- restates: VAL-UPDATE-ATOMIC -->
     ///
     /// The previous value is kept until the lock is released, so that it
     /// can be compared (when `Value` is `Equatable`) and released outside
     /// the lock; for a collection mutated in place this costs a
     /// copy-on-write copy. After ``finish()``, `body` runs on a copy that is
-    /// discarded: the value is final.
+    /// discarded: the value is final. <!-- restates: VAL-FINISH-IGNORED -->
     @inlinable @discardableResult
     public func update<R, E: Error>(_ body: (inout Value) throws(E) -> R) throws(E) -> R {
         try storage.update(body)
@@ -109,6 +110,7 @@ public final class BroadcastValue<Value: Sendable, Failure: Error>: AsyncSequenc
     /// Ends the value. Each subscriber receives the last value it has not
     /// seen (if any), then `nil`. Only the first `finish` or
     /// ``finish(throwing:)`` counts; later changes are ignored.
+    /// <!-- restates: VAL-FINISH-LAST-VALUE -->
     public func finish() {
         storage.finish(.finished)
     }
@@ -116,6 +118,7 @@ public final class BroadcastValue<Value: Sendable, Failure: Error>: AsyncSequenc
     /// Ends the value with `error`. Each subscriber receives the last value
     /// it has not seen (if any), then throws `error` once, then returns
     /// `nil`. Only the first `finish` counts.
+    /// <!-- restates: VAL-FINISH-LAST-VALUE -->
     public func finish(throwing error: Failure) {
         storage.finish(.failed(error))
     }
@@ -123,7 +126,7 @@ public final class BroadcastValue<Value: Sendable, Failure: Error>: AsyncSequenc
     /// The number of subscribers that have not ended.
     ///
     /// After `finish`, a subscriber that has already seen the last value
-    /// leaves at once; one that has not counts until it takes it.
+    /// leaves at once; one that has not counts until it takes it. <!-- restates: VAL-COUNT-AFTER-FINISH -->
     public var subscriberCount: Int { storage.subscriberCount }
 
     /// Whether `finish()` or `finish(throwing:)` has been called.
@@ -134,6 +137,7 @@ public final class BroadcastValue<Value: Sendable, Failure: Error>: AsyncSequenc
     /// Registers a subscriber now, holding the current value: its first
     /// `next()` returns the current value (or a newer one, if the value has
     /// changed since), so no change is lost between reading and subscribing.
+    /// <!-- restates: VAL-SUBSCRIBE-ATOMIC -->
     ///
     /// ```swift
     /// let changes = settings.subscribe()
@@ -142,7 +146,7 @@ public final class BroadcastValue<Value: Sendable, Failure: Error>: AsyncSequenc
     ///
     /// From a cancelled task, or after `finish`, the subscription is not
     /// registered: it yields the current value once, then ends (with the
-    /// value's error, if it failed).
+    /// value's error, if it failed). <!-- restates: VAL-UNREGISTERED-SUBSCRIBE -->
     @inlinable
     public func subscribe() -> Subscription {
         Subscription(core: storage.subscribe())
@@ -150,6 +154,7 @@ public final class BroadcastValue<Value: Sendable, Failure: Error>: AsyncSequenc
 
     /// `subscribe().makeAsyncIterator()`: each `for await` loop over the
     /// value is its own subscriber, starting when the loop starts.
+    /// <!-- restates: VAL-LOOP-SUBSCRIBES -->
     @inlinable
     public func makeAsyncIterator() -> Subscription.AsyncIterator {
         subscribe().makeAsyncIterator()

@@ -14,16 +14,16 @@ extension BroadcastSequence.Subscription {
     /// after every element held at that moment and before the next one
     /// accepted; `.bufferingNewest` drops its oldest, so the gap comes just
     /// before the element that is now its oldest; capacity 0 drops when no
-    /// reader waits, so the gap comes after what it holds. A gap still
+    /// reader waits, so the gap comes after what it holds. <!-- restates: EVENTS-GAP-CAPACITY-ZERO --> A gap still
     /// pending at the end is delivered before the end, whatever ended it
     /// (the sequence's end, an eviction, `cancel()`, the task's
     /// cancellation); once the stream has ended, the `.lagged` counts add up
-    /// to ``droppedCount``.
+    /// to ``droppedCount``. <!-- restates: EVENTS-LAGGED-SUM -->
     ///
     /// It is the same consumer as the subscription: iterating both at once
     /// traps (one consumer rule). Reading some elements with the plain
     /// iterator and then as events works; gaps the plain reads passed are
-    /// reported at the first events read after them.
+    /// reported at the first events read after them. <!-- restates: EVENTS-SWITCH -->
     ///
     /// ```swift
     /// let subscription = quotes.subscribe(bufferingPolicy: .bufferingNewest(100))
@@ -105,6 +105,7 @@ extension BroadcastSequence.Subscription {
             /// and cancellation as
             /// ``BroadcastSequence/Subscription/AsyncIterator/next(upTo:into:)``;
             /// a `limit` below 1 traps with a message naming it.
+            /// <!-- restates: MISUSE-BATCH-LIMIT -->
             ///
             /// ```swift
             /// var batch: [BroadcastEvent<Message>] = []

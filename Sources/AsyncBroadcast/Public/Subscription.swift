@@ -5,10 +5,10 @@ extension BroadcastSequence {
     /// The subscriber ends, and is removed from the sequence at once, when
     /// ``cancel()`` is called, when the subscription and all its iterators
     /// are released, or when the sequence finished and the buffer is
-    /// drained. When the consuming task is cancelled, it ends as soon as the
+    /// drained. <!-- restates: SEQ-END-WAYS --> When the consuming task is cancelled, it ends as soon as the
     /// consumer notices: if it is waiting in `next()`, it is woken at once and
     /// leaves when its task runs again; otherwise within at most 32 of its
-    /// `next()` calls, so at most 31 more elements (see ``AsyncIterator/next()``).
+    /// `next()` calls, so at most 31 more elements (see ``AsyncIterator/next()``). <!-- restates: SEQ-TASK-CANCEL-32 -->
     ///
     /// ```swift
     /// let subscription = sequence.subscribe(bufferingPolicy: .bufferingOldest(3))
@@ -20,7 +20,7 @@ extension BroadcastSequence {
     /// once is a programmer error: the second call finds the consumer slot
     /// taken (it is claimed atomically for the whole call, suspension
     /// included) and traps with a message, in release builds too, before it
-    /// touches anything.
+    /// touches anything. <!-- restates: MISUSE-CONCURRENT-NEXT -->
     public final class Subscription: AsyncSequence, Sendable {
         @usableFromInline let core: SubscriberCore<Element, Failure>
 
@@ -44,6 +44,7 @@ extension BroadcastSequence {
         /// it). Idempotent: later calls return at once, without taking any
         /// lock; a call made while another thread's first call is still in
         /// progress returns before that call has finished.
+        /// <!-- restates: SEQ-CANCEL-IDEMPOTENT -->
         @inlinable
         public func cancel() {
             core.cancel()
@@ -59,11 +60,11 @@ extension BroadcastSequence {
         /// count this subscriber really held at one moment during the call
         /// (never negative, never more than its policy lets it hold: its
         /// capacity, or the replay it started with if that is larger; only
-        /// `send` to a full `.bounded` subscriber goes past its capacity),
+        /// `send` to a full `.bounded` subscriber goes past its capacity), <!-- restates: SEQ-BUFFEREDCOUNT-IN-BOUNDS -->
         /// and it may be out of date as soon as it returns. Replay counts
         /// like any other element. Once the subscriber has ended
         /// (``cancel()``, its task's cancellation noticed, or the end of the
-        /// sequence taken) it is 0. For `.unbounded`, `.bounded` and
+        /// sequence taken) it is 0. <!-- restates: SEQ-BUFFEREDCOUNT --> For `.unbounded`, `.bounded` and
         /// `.bufferingOldest` it reads the producer's and the consumer's
         /// positions without a lock, and takes the sequence lock once only
         /// if producers pushed between its reads four times in a row;
@@ -85,14 +86,14 @@ extension BroadcastSequence {
             /// The next element, or `nil` once the subscriber has ended.
             ///
             /// Throws the sequence's error once (after the buffer is drained)
-            /// if it finished with `finish(throwing:)`.
+            /// if it finished with `finish(throwing:)`. <!-- restates: SEQ-FINISH-DRAIN-THEN-END -->
             ///
             /// When the calling task is cancelled, the subscriber ends as
             /// with ``Subscription/cancel()`` and this returns `nil` (never
             /// throws). A call waiting for an element notices at once;
             /// otherwise the cancellation flag is read on the first call and
             /// then every 32 calls, so at most 31 more elements arrive after
-            /// the cancellation.
+            /// the cancellation. <!-- restates: SEQ-TASK-CANCEL-NO-ERROR -->
             @inlinable
             public mutating func next() async throws(Failure) -> Element? {
                 try await subscription.core.next(isolation: nil as (any Actor)?, checkCancellation: cancellationCheck.isDue())
@@ -122,12 +123,12 @@ extension BroadcastSequence {
             /// It suspends as ``next()`` does while the subscriber holds
             /// nothing; once an element is there it takes it and every
             /// element already buffered behind it, up to `limit`, without
-            /// suspending again. It returns 0 once the subscription has
+            /// suspending again. <!-- restates: SEQ-BATCH-READ --> It returns 0 once the subscription has
             /// ended: at the end, or after the sequence's error was thrown
             /// (the error is thrown by the call that finds it first, after
             /// everything before it was returned). Each call reads the task's
             /// cancellation flag: a cancelled consumer's call ends the
-            /// subscriber as ``Subscription/cancel()`` does and returns 0.
+            /// subscriber as ``Subscription/cancel()`` does and returns 0. <!-- restates: SEQ-BATCH-READ-CANCEL -->
             ///
             /// ```swift
             /// var batch: [Event] = []
@@ -138,7 +139,7 @@ extension BroadcastSequence {
             /// }
             /// ```
             ///
-            /// A `limit` below 1 traps with a message naming it.
+            /// A `limit` below 1 traps with a message naming it. <!-- restates: MISUSE-BATCH-LIMIT -->
             @inlinable
             public mutating func next(upTo limit: Int, into buffer: inout [Element]) async throws(Failure) -> Int {
                 try await next(upTo: limit, into: &buffer, isolation: nil)
