@@ -5,7 +5,8 @@
 /// and only for subscribers that have a limit. An evicted subscriber ends as
 /// with ``BroadcastSequence/Subscription/cancel()``: it leaves
 /// `subscriberCount`, what it held is discarded, emitters waiting on it are
-/// released, and its reader gets `nil` (the end of its events); but
+/// released, and its reader gets `nil` (the end of its events, after a last
+/// `.lagged(n)` if a gap is pending); but
 /// ``BroadcastSequence/Subscription/isEvicted`` is `true`. The element whose
 /// send evicts it is not delivered to it. <!-- restates: EVICT-ENDS-LIKE-CANCEL -->
 ///
