@@ -17,6 +17,15 @@ let weakMemory: [SwiftSetting] = Context.environment["ASYNCBROADCAST_WEAK_MEMORY
     ? [.define("ASYNCBROADCAST_WEAK_MEMORY")]
     : []
 
+// `ASYNCBROADCAST_RUNTIME_FAULTS=1` compiles every deliberate fault of
+// `Support/FaultInjection.swift` in, switched at run time by the environment
+// variable `ASYNCBROADCAST_FAULT=<NAME>`: the fault scripts
+// (scripts/stress-faults.sh, scripts/test-faults.sh, Fuzz/fault-check.sh)
+// build once and run each fault, instead of building once per fault.
+let runtimeFaults: [SwiftSetting] = Context.environment["ASYNCBROADCAST_RUNTIME_FAULTS"] == "1"
+    ? [.define("ASYNCBROADCAST_RUNTIME_FAULTS")]
+    : []
+
 let package = Package(
     name: "AsyncBroadcast",
     platforms: [.macOS(.v10_15), .iOS(.v13), .tvOS(.v13), .watchOS(.v6)],
@@ -38,7 +47,7 @@ let package = Package(
             dependencies: ["_CAtomics"],
             // The handshake table, beside the park/wake protocol it proves.
             exclude: ["Subscriber/Handshakes.md"],
-            swiftSettings: [.swiftLanguageMode(.v6)] + internalChecks + weakMemory
+            swiftSettings: [.swiftLanguageMode(.v6)] + internalChecks + weakMemory + runtimeFaults
         ),
         .target(
             name: "AsyncBroadcastTestSupport",

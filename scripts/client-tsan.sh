@@ -1,10 +1,21 @@
 #!/usr/bin/env bash
 # Builds Tests/ClientTSan, a client package that depends on AsyncBroadcast by
-# path exactly as a user's package does, with ThreadSanitizer over both
-# (swift build --sanitize=thread), and runs its hammer RUNS times:
+# path exactly as a user's package does, with ThreadSanitizer, and runs its
+# hammer RUNS times:
 #
-#   bash scripts/client-tsan.sh        # one run
-#   bash scripts/client-tsan.sh 5      # five runs in a row
+#   bash scripts/client-tsan.sh                 # one run, built with --sanitize=thread
+#   bash scripts/client-tsan.sh 5               # five runs in a row
+#   bash scripts/client-tsan.sh --xswiftc 2     # built with -Xswiftc -sanitize=thread
+#
+# The two ways a user turns ThreadSanitizer on:
+#   (default)   `swift build --sanitize=thread`: SwiftPM instruments every
+#               Swift and C target, the library's C shim (_CAtomics) too.
+#   --xswiftc   `swift build -Xswiftc -sanitize=thread`: only the Swift
+#               compiler instruments and links TSan; the C shim is compiled
+#               without it. The library's TSan hooks must work here too,
+#               which is why they look for the TSan runtime when the program
+#               runs instead of asking how the shim was compiled.
+# Each way has its own scratch path (.build-client-tsan, .build-client-tsan-x).
 #
 # Each run runs with TSAN_OPTIONS=halt_on_error=1 and nothing else: no
 # suppression file, as in a user's build. A run fails on any ThreadSanitizer
@@ -21,25 +32,32 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
+usage="usage: bash scripts/client-tsan.sh [--xswiftc] [RUNS]   (RUNS: a positive integer, default 1)"
+sanitize=(--sanitize=thread)
+scratch=.build-client-tsan
+if [[ "${1:-}" == "--xswiftc" ]]; then
+    sanitize=(-Xswiftc -sanitize=thread)
+    scratch=.build-client-tsan-x
+    shift
+fi
 runs=${1:-1}
-if ! [[ $runs =~ ^[1-9][0-9]*$ ]]; then
-    echo "usage: bash scripts/client-tsan.sh [RUNS]   (RUNS: a positive integer, default 1)" >&2
+if ! [[ $runs =~ ^[1-9][0-9]*$ && $# -le 1 ]]; then
+    echo "$usage" >&2
     exit 2
 fi
 seconds=${CLIENT_TSAN_SECONDS:-35}
 read -r -a extra_args <<<"${CLIENT_TSAN_ARGS:-}"
-scratch=.build-client-tsan
 package=Tests/ClientTSan
 mkdir -p "$scratch"
 
-echo "=== client-tsan: building $package with --sanitize=thread (scratch $scratch)"
+echo "=== client-tsan: building $package with ${sanitize[*]} (scratch $scratch)"
 build_start=$(date +%s)
-if ! swift build --sanitize=thread --package-path "$package" --scratch-path "$scratch" >"$scratch/build.log" 2>&1; then
+if ! swift build "${sanitize[@]}" --package-path "$package" --scratch-path "$scratch" >"$scratch/build.log" 2>&1; then
     tail -30 "$scratch/build.log"
     echo "FAIL client-tsan: build failed (see $scratch/build.log)"
     exit 1
 fi
-binary="$(swift build --sanitize=thread --package-path "$package" --scratch-path "$scratch" --show-bin-path)/client-tsan"
+binary="$(swift build "${sanitize[@]}" --package-path "$package" --scratch-path "$scratch" --show-bin-path)/client-tsan"
 echo "    built in $(( $(date +%s) - build_start ))s"
 
 # The tool stops itself (time budget, per-scenario watchdog of 90 s); this
@@ -55,7 +73,7 @@ for run in $(seq 1 "$runs"); do
     elapsed=$(( $(date +%s) - run_start ))
     reports=$(grep -c "WARNING: ThreadSanitizer" "$log")
     last=$(tail -1 "$log")
-    seed_line=$(head -1 "$log")
+    seed_line=$(grep -m 1 "client-tsan: seed" "$log")
     if [[ $rc -eq 0 && $reports -eq 0 && $last =~ ^[0-9]+\ passed,\ 0\ failed$ ]]; then
         echo "PASS run $run/$runs (${elapsed}s): $last"
         continue
@@ -81,8 +99,8 @@ for run in $(seq 1 "$runs"); do
 done
 
 if [[ ${#failed_runs[@]} -eq 0 ]]; then
-    echo "client-tsan: all $runs runs passed"
+    echo "client-tsan (${sanitize[*]}): all $runs runs passed"
     exit 0
 fi
-echo "client-tsan: ${#failed_runs[@]} of $runs runs FAILED (run ${failed_runs[*]})"
+echo "client-tsan (${sanitize[*]}): ${#failed_runs[@]} of $runs runs FAILED (run ${failed_runs[*]})"
 exit 1

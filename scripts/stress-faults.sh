@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# Proves that broadcast-stress can fail: for each deliberate fault compiled
-# into AsyncBroadcast (-DASYNCBROADCAST_FAULT_<NAME>, all defined in
-# Sources/AsyncBroadcast/Support/FaultInjection.swift), builds broadcast-stress
-# in release with it and asserts that a short stress run reports a failure
-# (non-zero exit). Also runs the unfaulted build as a control, which must
+# Proves that broadcast-stress can fail: for each deliberate fault of
+# AsyncBroadcast (all defined in Sources/AsyncBroadcast/Support/
+# FaultInjection.swift), asserts that a short stress run with it reports a
+# failure (non-zero exit). One release build serves every fault: built with
+# ASYNCBROADCAST_RUNTIME_FAULTS=1, the library has them all compiled in and
+# switches on the one named by ASYNCBROADCAST_FAULT=<NAME> when the process
+# starts (the same code as -DASYNCBROADCAST_FAULT_<NAME>, without a build per
+# fault). Also runs the same binary with no fault as a control, which must
 # pass (a checker that always fails proves nothing either).
 #
 #   bash scripts/stress-faults.sh                   # the twelve faults below
@@ -24,8 +27,9 @@
 # Environment: STRESS_FAULT_SECONDS (budget per run, default 20),
 # STRESS_FAULT_DEADLINE (per-round deadline, default 10), STRESS_SEED (master
 # seed, default random), STRESS_FAULTS_CONTROL=0 to skip the control run.
-# Logs: .build-fault-<name>/stress.log. Exit status: 0 iff every fault was
-# detected and the control passed.
+# Build and logs: .build-faults-stress/ (build.log, stress-<name>.log,
+# stress-control.log). Exit status: 0 iff every fault was detected and the
+# control passed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -61,12 +65,12 @@ hard_limit=$(( budget + 3 * deadline + 60 ))
 status=0
 declare -a summary
 
-# Runs the stress binary; sets run_rc and prints where the log is.
+# Runs the stress binary with fault FAULT on ("" for none); sets run_rc.
 run_stress() {
-    local binary=$1 log=$2
+    local binary=$1 log=$2 fault=$3
     # Litmus rounds hammer one handshake and catch none of these faults: the
     # other kinds keep the whole budget, as before litmus rounds existed.
-    timeout "$hard_limit" "$binary" --seconds "$budget" --deadline "$deadline" --quiet \
+    ASYNCBROADCAST_FAULT="$fault" timeout "$hard_limit" "$binary" --seconds "$budget" --deadline "$deadline" --quiet \
         --kinds sequence,value,promise,sharing,topics "${seed_args[@]}" >"$log" 2>&1
     run_rc=$?
 }
@@ -75,23 +79,27 @@ first_failure() {
     grep -m 3 -E "invariant broken|^FAIL" "$1" | cut -c1-220 | sed 's/^ */      /'
 }
 
+scratch=.build-faults-stress
+mkdir -p "$scratch"
+echo "=== building broadcast-stress once, every fault switchable at run time ($scratch)"
+build_start=$(date +%s)
+if ! ASYNCBROADCAST_RUNTIME_FAULTS=1 swift build -c release --product broadcast-stress \
+        --scratch-path "$scratch" >"$scratch/build.log" 2>&1; then
+    tail -30 "$scratch/build.log"
+    echo "FAIL: build failed (see $scratch/build.log)"
+    exit 1
+fi
+echo "    built in $(( $(date +%s) - build_start ))s"
+binary="$scratch/release/broadcast-stress"
+
 for fault in "${faults[@]}"; do
     name=$(echo "$fault" | tr 'A-Z_' 'a-z-')
-    scratch=".build-fault-$name"
-    echo "=== fault $fault: building ($scratch)"
-    mkdir -p "$scratch"
-    if ! swift build -c release --product broadcast-stress --scratch-path "$scratch" \
-            -Xswiftc "-DASYNCBROADCAST_FAULT_$fault" >"$scratch/build.log" 2>&1; then
-        echo "FAIL $fault: build failed (see $scratch/build.log)"
-        summary+=("FAIL $fault (build failed)")
-        status=1
-        continue
-    fi
+    log="$scratch/stress-$name.log"
     echo "=== fault $fault: running broadcast-stress --seconds $budget --deadline $deadline"
-    run_stress "$scratch/release/broadcast-stress" "$scratch/stress.log"
-    head -1 "$scratch/stress.log" | sed 's/^/      /'
+    run_stress "$binary" "$log" "$fault"
+    head -1 "$log" | sed 's/^/      /'
     if [[ $run_rc -eq 0 ]]; then
-        echo "FAIL $fault: NOT detected: the stress run passed ($(tail -1 "$scratch/stress.log"))"
+        echo "FAIL $fault: NOT detected: the stress run passed ($(tail -1 "$log"))"
         summary+=("FAIL $fault (undetected)")
         status=1
     elif [[ $run_rc -eq 124 ]]; then
@@ -99,32 +107,25 @@ for fault in "${faults[@]}"; do
         summary+=("FAIL $fault (stress tool hung)")
         status=1
     else
-        echo "PASS $fault: detected (exit $run_rc, $(tail -1 "$scratch/stress.log"))"
-        first_failure "$scratch/stress.log"
+        echo "PASS $fault: detected (exit $run_rc, $(tail -1 "$log"))"
+        first_failure "$log"
         summary+=("PASS $fault")
     fi
 done
 
 if [[ "${STRESS_FAULTS_CONTROL:-1}" != 0 ]]; then
-    scratch=".build-stress"
-    echo "=== control (no fault): building ($scratch)"
-    if ! swift build -c release --product broadcast-stress --scratch-path "$scratch" >"$scratch/control-build.log" 2>&1; then
-        echo "FAIL control: build failed (see $scratch/control-build.log)"
-        summary+=("FAIL control (build failed)")
-        status=1
+    log="$scratch/stress-control.log"
+    echo "=== control (no fault): running the same binary"
+    run_stress "$binary" "$log" ""
+    head -1 "$log" | sed 's/^/      /'
+    if [[ $run_rc -eq 0 ]]; then
+        echo "PASS control: the binary passes with no fault on ($(tail -1 "$log"))"
+        summary+=("PASS control")
     else
-        log="$scratch/stress-control.log"
-        run_stress "$scratch/release/broadcast-stress" "$log"
-        head -1 "$log" | sed 's/^/      /'
-        if [[ $run_rc -eq 0 ]]; then
-            echo "PASS control: the unfaulted build passes ($(tail -1 "$log"))"
-            summary+=("PASS control")
-        else
-            echo "FAIL control: the unfaulted build failed (exit $run_rc, see $log):"
-            first_failure "$log"
-            summary+=("FAIL control")
-            status=1
-        fi
+        echo "FAIL control: the binary failed with no fault on (exit $run_rc, see $log):"
+        first_failure "$log"
+        summary+=("FAIL control")
+        status=1
     fi
 fi
 

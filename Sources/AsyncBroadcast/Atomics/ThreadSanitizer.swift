@@ -1,11 +1,14 @@
 public import _CAtomics  // public for the inlinable wrappers: see AtomicInt.swift
 
-/// ThreadSanitizer hooks from the C shim: real in a `--sanitize=thread`
-/// build, empty calls otherwise.
+/// ThreadSanitizer hooks from the C shim: real when the TSan runtime is in
+/// the process, empty calls otherwise.
 ///
 /// Inlinable like the other wrappers, but the C functions stay out of line in
-/// `_CAtomics.c`: that file is compiled with the package's sanitizer flags,
-/// which is how it knows whether the TSan runtime is there to call.
+/// `_CAtomics.c`, which finds the runtime through weak references to its
+/// functions (null without it). That works however TSan was turned on:
+/// `swift build --sanitize=thread` compiles the shim with TSan, but
+/// `-Xswiftc -sanitize=thread` instruments only the Swift code and links the
+/// runtime, so how the shim was compiled cannot tell.
 @usableFromInline
 enum ThreadSanitizer {
     @inlinable static func ignoreAccessesBegin() { cab_tsan_ignore_accesses_begin() }

@@ -1,20 +1,30 @@
 #if ASYNCBROADCAST_WEAK_MEMORY
 public import _CAtomics  // the run-time fault switches below (inlinable)
 #endif
+#if ASYNCBROADCAST_RUNTIME_FAULTS && canImport(Glibc)
+import Glibc  // getenv, for RuntimeFault
+#elseif ASYNCBROADCAST_RUNTIME_FAULTS && canImport(Darwin)
+import Darwin
+#endif
 
-/// Deliberate faults, compiled in only with `-DASYNCBROADCAST_FAULT_<NAME>`.
+/// Deliberate faults, compiled in only with `-DASYNCBROADCAST_FAULT_<NAME>`,
+/// or all of them, switched at run time, in a build with
+/// `ASYNCBROADCAST_RUNTIME_FAULTS=1` (see `RuntimeFault`, at the end).
 ///
 /// They exist to prove that the checkers catch real bugs:
-/// `scripts/stress-faults.sh` and `Fuzz/fault-check.sh` build the library with
-/// each one and require the stress run or a fuzz target to fail. Every
-/// `#if` for a fault lives here; the code consults these constants, which
-/// fold to `false` in a normal build.
+/// `scripts/stress-faults.sh`, `scripts/test-faults.sh` and
+/// `Fuzz/fault-check.sh` run the library with each one and require the
+/// stress run, a unit test or a fuzz target to fail. Every `#if` for a fault
+/// lives here; the code consults these constants, which fold to `false` in
+/// a normal build.
 @usableFromInline
 enum Fault {
     /// A producer never wakes a parked consumer.
     @inlinable static var skipWake: Bool {
         #if ASYNCBROADCAST_FAULT_SKIP_WAKE
         return true
+        #elseif ASYNCBROADCAST_RUNTIME_FAULTS
+        return RuntimeFault.isOn("SKIP_WAKE")
         #else
         return false
         #endif
@@ -24,6 +34,8 @@ enum Fault {
     @inlinable static var leakSubscriber: Bool {
         #if ASYNCBROADCAST_FAULT_LEAK_SUBSCRIBER
         return true
+        #elseif ASYNCBROADCAST_RUNTIME_FAULTS
+        return RuntimeFault.isOn("LEAK_SUBSCRIBER")
         #else
         return false
         #endif
@@ -35,6 +47,8 @@ enum Fault {
     @inlinable static var unfairRegistration: Bool {
         #if ASYNCBROADCAST_FAULT_UNFAIR_REGISTRATION
         return true
+        #elseif ASYNCBROADCAST_RUNTIME_FAULTS
+        return RuntimeFault.isOn("UNFAIR_REGISTRATION")
         #else
         return false
         #endif
@@ -46,6 +60,8 @@ enum Fault {
     @inlinable static var tornBufferedCount: Bool {
         #if ASYNCBROADCAST_FAULT_TORN_BUFFERED_COUNT
         return true
+        #elseif ASYNCBROADCAST_RUNTIME_FAULTS
+        return RuntimeFault.isOn("TORN_BUFFERED_COUNT")
         #else
         return false
         #endif
@@ -58,6 +74,8 @@ enum Fault {
     @inlinable static var sendersDoNotAnnounce: Bool {
         #if ASYNCBROADCAST_FAULT_SENDERS_DO_NOT_ANNOUNCE
         return true
+        #elseif ASYNCBROADCAST_RUNTIME_FAULTS
+        return RuntimeFault.isOn("SENDERS_DO_NOT_ANNOUNCE")
         #else
         return false
         #endif
@@ -70,6 +88,8 @@ enum Fault {
     @inlinable static var topicRetiresBusy: Bool {
         #if ASYNCBROADCAST_FAULT_TOPIC_RETIRES_BUSY
         return true
+        #elseif ASYNCBROADCAST_RUNTIME_FAULTS
+        return RuntimeFault.isOn("TOPIC_RETIRES_BUSY")
         #else
         return false
         #endif
@@ -81,6 +101,8 @@ enum Fault {
     @inlinable static var topicStartsUnblocked: Bool {
         #if ASYNCBROADCAST_FAULT_TOPIC_STARTS_UNBLOCKED
         return true
+        #elseif ASYNCBROADCAST_RUNTIME_FAULTS
+        return RuntimeFault.isOn("TOPIC_STARTS_UNBLOCKED")
         #else
         return false
         #endif
@@ -91,6 +113,8 @@ enum Fault {
     @inlinable static var miscountEviction: Bool {
         #if ASYNCBROADCAST_FAULT_MISCOUNT_EVICTION
         return true
+        #elseif ASYNCBROADCAST_RUNTIME_FAULTS
+        return RuntimeFault.isOn("MISCOUNT_EVICTION")
         #else
         return false
         #endif
@@ -102,6 +126,8 @@ enum Fault {
     @inlinable static var lagMarkerOffByOne: Bool {
         #if ASYNCBROADCAST_FAULT_LAG_MARKER_OFF_BY_ONE
         return true
+        #elseif ASYNCBROADCAST_RUNTIME_FAULTS
+        return RuntimeFault.isOn("LAG_MARKER_OFF_BY_ONE")
         #else
         return false
         #endif
@@ -114,6 +140,8 @@ enum Fault {
     @inlinable static var evictionComparesHeld: Bool {
         #if ASYNCBROADCAST_FAULT_EVICTION_COMPARES_HELD
         return true
+        #elseif ASYNCBROADCAST_RUNTIME_FAULTS
+        return RuntimeFault.isOn("EVICTION_COMPARES_HELD")
         #else
         return false
         #endif
@@ -125,6 +153,8 @@ enum Fault {
     @inlinable static var endSkipsPendingLag: Bool {
         #if ASYNCBROADCAST_FAULT_END_SKIPS_PENDING_LAG
         return true
+        #elseif ASYNCBROADCAST_RUNTIME_FAULTS
+        return RuntimeFault.isOn("END_SKIPS_PENDING_LAG")
         #else
         return false
         #endif
@@ -137,6 +167,8 @@ enum Fault {
     @inlinable static var cancelledSubscribeGoesLive: Bool {
         #if ASYNCBROADCAST_FAULT_CANCELLED_SUBSCRIBE_GOES_LIVE
         return true
+        #elseif ASYNCBROADCAST_RUNTIME_FAULTS
+        return RuntimeFault.isOn("CANCELLED_SUBSCRIBE_GOES_LIVE")
         #else
         return false
         #endif
@@ -149,6 +181,8 @@ enum Fault {
     @inlinable static var subscribeIgnoresFinish: Bool {
         #if ASYNCBROADCAST_FAULT_SUBSCRIBE_IGNORES_FINISH
         return true
+        #elseif ASYNCBROADCAST_RUNTIME_FAULTS
+        return RuntimeFault.isOn("SUBSCRIBE_IGNORES_FINISH")
         #else
         return false
         #endif
@@ -158,6 +192,8 @@ enum Fault {
     @inlinable static var dropEmit: Bool {
         #if ASYNCBROADCAST_FAULT_DROP_EMIT
         return true
+        #elseif ASYNCBROADCAST_RUNTIME_FAULTS
+        return RuntimeFault.isOn("DROP_EMIT")
         #else
         return false
         #endif
@@ -167,6 +203,8 @@ enum Fault {
     @inlinable static var valueSkipWake: Bool {
         #if ASYNCBROADCAST_FAULT_VALUE_SKIP_WAKE
         return true
+        #elseif ASYNCBROADCAST_RUNTIME_FAULTS
+        return RuntimeFault.isOn("VALUE_SKIP_WAKE")
         #else
         return false
         #endif
@@ -177,6 +215,8 @@ enum Fault {
     @inlinable static var valueDuplicate: Bool {
         #if ASYNCBROADCAST_FAULT_VALUE_DUPLICATE
         return true
+        #elseif ASYNCBROADCAST_RUNTIME_FAULTS
+        return RuntimeFault.isOn("VALUE_DUPLICATE")
         #else
         return false
         #endif
@@ -186,6 +226,8 @@ enum Fault {
     @inlinable static var promiseLeakCancelled: Bool {
         #if ASYNCBROADCAST_FAULT_PROMISE_LEAK_CANCELLED
         return true
+        #elseif ASYNCBROADCAST_RUNTIME_FAULTS
+        return RuntimeFault.isOn("PROMISE_LEAK_CANCELLED")
         #else
         return false
         #endif
@@ -195,6 +237,8 @@ enum Fault {
     @inlinable static var valueEqualIsChange: Bool {
         #if ASYNCBROADCAST_FAULT_VALUE_EQUAL_IS_CHANGE
         return true
+        #elseif ASYNCBROADCAST_RUNTIME_FAULTS
+        return RuntimeFault.isOn("VALUE_EQUAL_IS_CHANGE")
         #else
         return false
         #endif
@@ -205,6 +249,8 @@ enum Fault {
     @inlinable static var promiseDoubleComplete: Bool {
         #if ASYNCBROADCAST_FAULT_PROMISE_DOUBLE_COMPLETE
         return true
+        #elseif ASYNCBROADCAST_RUNTIME_FAULTS
+        return RuntimeFault.isOn("PROMISE_DOUBLE_COMPLETE")
         #else
         return false
         #endif
@@ -215,6 +261,8 @@ enum Fault {
     @inlinable static var sharingSkipStop: Bool {
         #if ASYNCBROADCAST_FAULT_SHARING_SKIP_STOP
         return true
+        #elseif ASYNCBROADCAST_RUNTIME_FAULTS
+        return RuntimeFault.isOn("SHARING_SKIP_STOP")
         #else
         return false
         #endif
@@ -224,6 +272,8 @@ enum Fault {
     @inlinable static var sharingStaleDelivery: Bool {
         #if ASYNCBROADCAST_FAULT_SHARING_STALE_DELIVERY
         return true
+        #elseif ASYNCBROADCAST_RUNTIME_FAULTS
+        return RuntimeFault.isOn("SHARING_STALE_DELIVERY")
         #else
         return false
         #endif
@@ -233,6 +283,8 @@ enum Fault {
     @inlinable static var countsSkipRemoval: Bool {
         #if ASYNCBROADCAST_FAULT_COUNTS_SKIP_REMOVAL
         return true
+        #elseif ASYNCBROADCAST_RUNTIME_FAULTS
+        return RuntimeFault.isOn("COUNTS_SKIP_REMOVAL")
         #else
         return false
         #endif
@@ -243,6 +295,8 @@ enum Fault {
     @inlinable static var sharingRestartBeforeTakeDown: Bool {
         #if ASYNCBROADCAST_FAULT_SHARING_RESTART_BEFORE_TAKEDOWN
         return true
+        #elseif ASYNCBROADCAST_RUNTIME_FAULTS
+        return RuntimeFault.isOn("SHARING_RESTART_BEFORE_TAKEDOWN")
         #else
         return false
         #endif
@@ -253,6 +307,8 @@ enum Fault {
     @inlinable static var sharingParallelReconcilers: Bool {
         #if ASYNCBROADCAST_FAULT_SHARING_PARALLEL_RECONCILERS
         return true
+        #elseif ASYNCBROADCAST_RUNTIME_FAULTS
+        return RuntimeFault.isOn("SHARING_PARALLEL_RECONCILERS")
         #else
         return false
         #endif
@@ -351,3 +407,20 @@ enum Fault {
         #endif
     }
 }
+
+#if ASYNCBROADCAST_RUNTIME_FAULTS
+/// The fault scripts' build (`ASYNCBROADCAST_RUNTIME_FAULTS=1`, see
+/// `Package.swift`): every fault above the removed orderings is compiled in,
+/// and the one named by the environment variable `ASYNCBROADCAST_FAULT`
+/// (`SKIP_WAKE`, ...; the name after `ASYNCBROADCAST_FAULT_`) is on for the
+/// whole process. One build then serves every fault of a script, where a
+/// `-D` flag per fault rebuilt the library and everything above it each
+/// time. Each check costs a string comparison: never for users.
+@usableFromInline
+enum RuntimeFault {
+    /// Read once, when a fault is first consulted.
+    @usableFromInline static let selected: String = getenv("ASYNCBROADCAST_FAULT").map { String(cString: $0) } ?? ""
+
+    @inlinable static func isOn(_ name: String) -> Bool { selected == name }
+}
+#endif

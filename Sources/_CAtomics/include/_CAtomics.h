@@ -323,12 +323,15 @@ static inline void cab_block_destroy(cab_block *_Nonnull block) {
 // MARK: - ThreadSanitizer (defined in _CAtomics.c)
 //
 // Between these two calls the current thread's memory accesses are not
-// recorded by ThreadSanitizer (its synchronisation still is); outside TSan
-// builds they do nothing. Used only around `UnsafeContinuation.resume()`:
-// see `Parking.resume` for why.
+// recorded by ThreadSanitizer (its synchronisation still is); in a process
+// without the TSan runtime they do nothing. Used only around
+// `UnsafeContinuation.resume()`: see `Parking.resume` for why. Whether the
+// runtime is there is decided when the program runs, not from how this shim
+// was compiled (see _CAtomics.c).
 void cab_tsan_ignore_accesses_begin(void);
 void cab_tsan_ignore_accesses_end(void);
-/// Whether this build runs under ThreadSanitizer (for tests).
+/// Whether the ThreadSanitizer runtime is in this process, so the two hooks
+/// above act (for tests and the client check).
 bool cab_tsan_is_active(void);
 
 // MARK: - Weak-memory model (defined in WeakMemory.c)
