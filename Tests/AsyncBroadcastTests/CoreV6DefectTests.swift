@@ -95,10 +95,12 @@ import AsyncBroadcastTestSupport
         let topics = Topics(replay: 4)
         let inWindow = Locked<(BroadcastSendResult, Topics.Subscription)?>(nil)
         let ran = Locked(false)
+        let liveInWindow = Locked(-1)
         topics._runAfterSubscribeUnlocks {
             // Once: in the cancelled subscribe's window, a send and a real
             // subscriber (whose own subscribe runs this hook again).
             guard !ran.withLock({ let was = $0; $0 = true; return was }) else { return }
+            liveInWindow.value = topics.topicCount
             let sent = topics.send(1, to: "a")
             // Not from the cancelled task (this hook runs inside its call).
             inWindow.value = (sent, onPlainThread { topics.subscribe(to: "a") })
@@ -112,6 +114,7 @@ import AsyncBroadcastTestSupport
             Issue.record("the hook did not run")
             return
         }
+        #expect(liveInWindow.value == 0, "the cancelled subscribe made the topic live")
         #expect(sent == BroadcastSendResult(), "a send while no real subscriber existed must reach nobody")
         #expect(pollAll(real) == [], "the real subscriber started with an element sent before it subscribed")
         #expect(topics.send(2, to: "a") == BroadcastSendResult(delivered: 1))
