@@ -149,7 +149,10 @@ extension SubscriberCore {
     /// `next(isolation:checkCancellation:)` does.
     @inlinable
     func nextEvent(isolation actor: isolated (any Actor)?, checkCancellation: Bool) async throws(Failure) -> BroadcastEvent<Element>? {
-        guard claimConsumer() else { return nil }
+        // The slot is `cancel()`'s (or an eviction's) while it frees the
+        // buffer: it has ended; its last gap still comes before the end
+        // (`cancel()` does not touch `lagReported`).
+        guard claimConsumer() else { return takeFinalLag().map { .lagged($0) } }
         if checkCancellation && !ignoresTaskCancellation && Task.isCancelled {
             defer { releaseConsumer() }
             return endEventsByConsumer()
