@@ -9,7 +9,7 @@
 # fault). Also runs the same binary with no fault as a control, which must
 # pass (a checker that always fails proves nothing either).
 #
-#   bash scripts/stress-faults.sh                   # the twelve faults below
+#   bash scripts/stress-faults.sh                   # every fault below
 #   bash scripts/stress-faults.sh DROP_EMIT         # any fault names
 #
 # The faults: BroadcastSequence (SKIP_WAKE, LEAK_SUBSCRIBER,
@@ -20,9 +20,13 @@
 # (SHARING_SKIP_STOP, SHARING_STALE_DELIVERY, COUNTS_SKIP_REMOVAL,
 # SHARING_PARALLEL_RECONCILERS), caught by
 # the sharing rounds; topics (TOPIC_RETIRES_BUSY, TOPIC_STARTS_UNBLOCKED),
-# caught by the topics rounds. Every run uses the normal mix of round kinds but the
-# litmus rounds (which hammer one cross-thread handshake; their orderings are
-# checked by scripts/litmus.sh and Fuzz/fault-check.sh).
+# caught by the topics rounds; the v5 surface of topics (END_SKIPS_PENDING_LAG,
+# EVICTION_COMPARES_HELD, SUBSCRIBE_IGNORES_FINISH,
+# CANCELLED_SUBSCRIBE_GOES_LIVE), caught by the lifecycle rounds, which
+# these runs ask for alone (--kinds lifecycle: the fault is theirs to find).
+# Every other run uses the normal mix of round kinds but the litmus rounds
+# (which hammer one cross-thread handshake; their orderings are checked by
+# scripts/litmus.sh and Fuzz/fault-check.sh).
 #
 # Environment: STRESS_FAULT_SECONDS (budget per run, default 20),
 # STRESS_FAULT_DEADLINE (per-round deadline, default 10), STRESS_SEED (master
@@ -58,20 +62,34 @@ faults=("$@")
                                     VALUE_SKIP_WAKE VALUE_DUPLICATE PROMISE_LEAK_CANCELLED
                                     VALUE_EQUAL_IS_CHANGE PROMISE_DOUBLE_COMPLETE
                                     SHARING_SKIP_STOP SHARING_STALE_DELIVERY COUNTS_SKIP_REMOVAL
-                                    SHARING_PARALLEL_RECONCILERS TOPIC_RETIRES_BUSY TOPIC_STARTS_UNBLOCKED)
+                                    SHARING_PARALLEL_RECONCILERS TOPIC_RETIRES_BUSY TOPIC_STARTS_UNBLOCKED
+                                    END_SKIPS_PENDING_LAG EVICTION_COMPARES_HELD SUBSCRIBE_IGNORES_FINISH
+                                    CANCELLED_SUBSCRIBE_GOES_LIVE)
 # Generous outer bound: the stress tool enforces its own deadline and exits.
 hard_limit=$(( budget + 3 * deadline + 60 ))
 
 status=0
 declare -a summary
 
-# Runs the stress binary with fault FAULT on ("" for none); sets run_rc.
+# The round kinds that must catch a fault: the lifecycle rounds alone for
+# the v5 topics faults, else every kind but litmus.
+kinds_for() {
+    case $1 in
+        END_SKIPS_PENDING_LAG|EVICTION_COMPARES_HELD|SUBSCRIBE_IGNORES_FINISH|CANCELLED_SUBSCRIBE_GOES_LIVE)
+            echo lifecycle ;;
+        *)
+            # Litmus rounds hammer one handshake and catch none of these
+            # faults: the other kinds keep the whole budget.
+            echo sequence,value,promise,sharing,topics,lifecycle ;;
+    esac
+}
+
+# Runs the stress binary with fault FAULT on ("" for none) over the kinds
+# that must catch it; sets run_rc.
 run_stress() {
     local binary=$1 log=$2 fault=$3
-    # Litmus rounds hammer one handshake and catch none of these faults: the
-    # other kinds keep the whole budget, as before litmus rounds existed.
     ASYNCBROADCAST_FAULT="$fault" timeout "$hard_limit" "$binary" --seconds "$budget" --deadline "$deadline" --quiet \
-        --kinds sequence,value,promise,sharing,topics "${seed_args[@]}" >"$log" 2>&1
+        --kinds "$(kinds_for "${fault:-control}")" "${seed_args[@]}" >"$log" 2>&1
     run_rc=$?
 }
 
@@ -95,7 +113,7 @@ binary="$scratch/release/broadcast-stress"
 for fault in "${faults[@]}"; do
     name=$(echo "$fault" | tr 'A-Z_' 'a-z-')
     log="$scratch/stress-$name.log"
-    echo "=== fault $fault: running broadcast-stress --seconds $budget --deadline $deadline"
+    echo "=== fault $fault: running broadcast-stress --seconds $budget --deadline $deadline --kinds $(kinds_for "$fault")"
     run_stress "$binary" "$log" "$fault"
     head -1 "$log" | sed 's/^/      /'
     if [[ $run_rc -eq 0 ]]; then

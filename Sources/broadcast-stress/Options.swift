@@ -19,7 +19,7 @@ struct Options: Sendable {
     static let usage = """
     usage: broadcast-stress [--seconds N] [--rounds N] [--seed S] [--round-seed S]
                             [--producers N] [--subscribers N] [--deadline SECONDS] [--quiet]
-                            [--kinds sequence,value,promise,sharing,litmus,topics,large-n]
+                            [--kinds sequence,value,promise,sharing,litmus,topics,lifecycle,large-n]
 
       --seconds N       time budget (default 10 unless --rounds is given)
       --rounds N        stop after N rounds
@@ -28,17 +28,21 @@ struct Options: Sendable {
       --producers N     producers per round (default: random 1...8; value rounds 1...6;
                         promise rounds: completers, 1...6; sharing rounds: listener
                         threads per registration, 1...3, at most 4; topics rounds:
-                        producer threads, 1...4, at most 4)
+                        producer threads, 1...4, at most 4; lifecycle
+                        rounds: producer threads, 1...3, at most 3)
       --subscribers N   subscribers per round, besides the witness (default: random 1...64;
                         value rounds 1...48; promise rounds: waiters, 1...10000;
                         sharing rounds: subscribers per wave, 1...24; topics
-                        rounds: subscriber tasks, 2...16, at most 24)
+                        rounds: subscriber tasks, 2...16, at most 24;
+                        lifecycle rounds: stayers, 1...6, at most 8)
       --deadline S      seconds a round may take before it fails as hung (default 20)
-      --kinds K,...     only these round kinds (default: all; about 52% sequence,
-                        12% BroadcastValue, 7% BroadcastPromise, 13% sharing
+      --kinds K,...     only these round kinds (default: all; about 48% sequence,
+                        11% BroadcastValue, 7% BroadcastPromise, 12% sharing
                         (a shared upstream or listener), 7% litmus (one
                         cross-thread handshake on two threads, many times),
-                        9% topics (BroadcastTopics, topics coming and going)
+                        8% topics (BroadcastTopics, topics coming and going),
+                        8% lifecycle (topics' events, eviction, cancelled
+                        subscribes, finish(topic:) racing subscribes)
                         rounds); large-n (sequence rounds with 1,000-4,000
                         subscribers joining and leaving while producers send)
                         runs only when named; a --round-seed replay needs the
@@ -92,7 +96,7 @@ struct Options: Sendable {
                 var kinds: [RoundKind] = []
                 for name in text.split(separator: ",") {
                     guard let kind = RoundKind(rawValue: String(name)) else {
-                        throw .message("\(argument): expected a comma-separated list of sequence, value, promise, sharing, litmus, large-n; got '\(text)'")
+                        throw .message("\(argument): expected a comma-separated list of sequence, value, promise, sharing, litmus, topics, lifecycle, large-n; got '\(text)'")
                     }
                     if !kinds.contains(kind) { kinds.append(kind) }
                 }

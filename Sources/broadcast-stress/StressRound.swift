@@ -6,6 +6,9 @@ enum RoundKind: String, Sendable, CaseIterable {
     /// producers send. Not in the default mix (a round takes seconds under
     /// ThreadSanitizer); ask for it with `--kinds`.
     case largeN = "large-n"
+    /// BroadcastTopics' v5 surface: events, eviction, cancelled subscribes,
+    /// finish(topic:) racing subscribes, listeners (LifecycleRound).
+    case lifecycle
 
     /// Share of rounds: sequence rounds keep most of the time.
     var weight: Int {
@@ -17,6 +20,7 @@ enum RoundKind: String, Sendable, CaseIterable {
         case .litmus: return 8
         case .topics: return 10
         case .largeN: return 0
+        case .lifecycle: return 9
         }
     }
 
@@ -50,6 +54,7 @@ enum StressRound: Sendable {
     case litmus(LitmusRoundPlan)
     case topics(TopicsRoundPlan)
     case largeN(RoundPlan)
+    case lifecycle(LifecycleRoundPlan)
 
     static func generate(seed: UInt64, options: Options) -> StressRound {
         switch RoundKind.of(seed: seed, allowed: options.kinds) {
@@ -64,6 +69,7 @@ enum StressRound: Sendable {
             var rng = SplitMix64(seed: seed ^ 0x1A26_E000_0000_0001)
             large.subscribers = options.subscribers ?? rng.int(in: 1_000...4_000)
             return .largeN(RoundPlan.generate(seed: seed, options: large))
+        case .lifecycle: return .lifecycle(LifecycleRoundPlan.generate(seed: seed, options: options))
         }
     }
 
@@ -76,6 +82,7 @@ enum StressRound: Sendable {
         case .litmus: return .litmus
         case .topics: return .topics
         case .largeN: return .largeN
+        case .lifecycle: return .lifecycle
         }
     }
 
@@ -88,6 +95,7 @@ enum StressRound: Sendable {
         case .litmus(let plan): return plan.summary
         case .topics(let plan): return plan.summary
         case .largeN(let plan): return plan.summary
+        case .lifecycle(let plan): return plan.summary
         }
     }
 
@@ -100,6 +108,7 @@ enum StressRound: Sendable {
         case .litmus(let plan): return plan.details
         case .topics(let plan): return plan.details
         case .largeN(let plan): return plan.details
+        case .lifecycle(let plan): return plan.details
         }
     }
 }
@@ -125,6 +134,8 @@ extension RoundRunner {
             return await LitmusRoundRunner.run(plan, header: header, options: options)
         case .topics(let plan):
             return await TopicsRoundRunner.run(plan, header: header, options: options)
+        case .lifecycle(let plan):
+            return await LifecycleRoundRunner.run(plan, header: header, options: options)
         }
     }
 }

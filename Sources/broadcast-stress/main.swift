@@ -10,8 +10,10 @@
 // for what is checked and when. Other round kinds (`--kinds`) stress
 // BroadcastValue (ValueRound), BroadcastPromise (PromiseRound) and sharing
 // an upstream or a listener across starts and stops (SharingRound,
-// SharingChecker), and BroadcastTopics whose topics come and go
-// (TopicsRound). Exit status: 0 if every round passed.
+// SharingChecker), BroadcastTopics whose topics come and go
+// (TopicsRound), and BroadcastTopics' v5 surface: events, eviction,
+// cancelled subscribes, finish(topic:) racing subscribes, listeners
+// (LifecycleRound, LifecycleChecker). Exit status: 0 if every round passed.
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Darwin)

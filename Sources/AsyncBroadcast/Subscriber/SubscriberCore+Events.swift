@@ -153,8 +153,9 @@ extension SubscriberCore {
     /// `next(isolation:checkCancellation:)` does.
     @inlinable
     func nextEvent(isolation actor: isolated (any Actor)?, checkCancellation: Bool) async throws(Failure) -> BroadcastEvent<Element>? {
-        // `end()` holds the slot while it frees the buffer: it set `ended`
-        // first, so the last gap is final (and `lagReported` is ours).
+        // The slot is `cancel()`'s (or an eviction's) while it frees the
+        // buffer: it has ended; its last gap still comes before the end
+        // (`cancel()` does not touch `lagReported`).
         guard claimConsumer() else { return takeFinalLag().map { .lagged($0) } }
         if checkCancellation && !ignoresTaskCancellation && Task.isCancelled {
             defer { releaseConsumer() }
