@@ -169,7 +169,7 @@ struct BroadcastState<Element: Sendable, Failure: Error>: ~Copyable {
             }
             wakeParkedReaders(from: chunkStart, to: chunkEnd, effects: &effects)
         }
-        if replayLimit > 0 && replayable { remember(element, effects: &effects) }
+        if replayLimit > 0 && (replayable || Fault.replayableIgnored) { remember(element, effects: &effects) }
         return result
     }
 
