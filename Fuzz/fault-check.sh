@@ -43,6 +43,7 @@ checks=(
     "REPLAYABLE_IGNORED seq send(_:replayable: false) is stored in the replay window"
     "CANCELLED_SUBSCRIBE_GOES_LIVE topics a subscribe from a cancelled task makes the topic live until it returns: a send then fills a replay window a real subscriber starts with"
     "SUBSCRIBE_IGNORES_FINISH topics a subscribe whose generation finish(topic:) ended before it returned returns that ended subscriber"
+    "READY_IGNORED     share sink.ready() does not wake the upstreamReady() callers already waiting"
 )
 
 # ordering          target  what it breaks (only those the target finds 3 runs out of 3)
