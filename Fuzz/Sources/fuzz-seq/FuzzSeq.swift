@@ -207,8 +207,42 @@ struct SeqProgram {
             trace.add("clock.advance(by: .seconds(\(seconds)))  [now \(model.now)s]")
             clock.advance(by: .seconds(seconds))
         default:
-            // Plain sends are most of what moves a subscriber past its limits.
-            send(count: input.byte() % 8 + 1)
+            let operand = input.byte()
+            if operand & 0x80 != 0 {
+                emit()
+            } else {
+                // Plain sends are most of what moves a subscriber past its limits.
+                send(count: operand % 8 + 1)
+            }
+        }
+    }
+
+    /// One `emit` in a task on the manual executor, only where it does not
+    /// wait (no full `.bounded` subscriber): it delivers as `send` does,
+    /// eviction included.
+    mutating func emit() {
+        guard let sequence else { return }
+        if model.terminal == nil && (!model.emitQueue.isEmpty || model.hasFullSubscriber) { return }
+        let id = model.makePayloadID()
+        trace.add("emit(#\(id)) in a task")
+        let box = EmitResultBox()
+        let payload = Payload(id)
+        Task(executorPreference: executor) {
+            box.result = try? await sequence.emit(payload)
+            box.done = true
+        }
+        executor.runUntilIdle()
+        let e = ModelEmit(payload: id)
+        if model.emitBegins(e, taskCancelled: false) {
+            trace.fail("the model makes emit(#\(id)) wait, though nobody was full", details: model.dump())
+        }
+        guard box.done, let actual = box.result else {
+            trace.fail("emit(#\(id)) did not return in one run of the executor (nobody is full)", details: model.dump())
+        }
+        trace.annotate(" -> \(describe(actual))")
+        if EmitOutcomeModel.delivered(actual) != e.outcome {
+            trace.fail("emit(#\(id)) returned \(describe(actual)), expected \(e.outcome.map { "\($0)" } ?? "nothing")",
+                       details: model.dump())
         }
     }
 
@@ -388,4 +422,10 @@ final class EventBox: @unchecked Sendable {
         case nil: return error.map { "throw(\($0.code))" } ?? "end"
         }
     }
+}
+
+/// What an `emit` task got.
+final class EmitResultBox: @unchecked Sendable {
+    var result: BroadcastSendResult?
+    var done = false
 }
