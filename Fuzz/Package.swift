@@ -27,7 +27,13 @@ let package = Package(
         ),
         .executableTarget(
             name: "fuzz-seq",
-            dependencies: ["FuzzKit", .product(name: "AsyncBroadcast", package: libraryPackage)],
+            dependencies: [
+                "FuzzKit",
+                .product(name: "AsyncBroadcast", package: libraryPackage),
+                // `ManualClock` (soft eviction limits) and `ManualExecutor`
+                // (events reads: `next()` of `events` is async).
+                .product(name: "AsyncBroadcastTestSupport", package: libraryPackage),
+            ],
             swiftSettings: fuzzerSettings
         ),
         .executableTarget(

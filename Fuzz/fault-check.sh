@@ -13,10 +13,13 @@
 #
 #   Fuzz/fault-check.sh [SECONDS [TARGET...]]   (budget per fault, default 60;
 #                                               only the faults of these targets)
+#   FUZZ_FAULTS=NAME[,NAME] Fuzz/fault-check.sh ...   only these faults/orderings
 set -uo pipefail
 cd "$(dirname "$0")"
 seconds="${1:-60}"
 only=("${@:2}")
+selected=",${FUZZ_FAULTS:-},"
+picked() { [[ "$selected" == ",," || "$selected" == *",$1,"* ]]; }
 
 # fault            target  what it breaks
 checks=(
@@ -46,6 +49,14 @@ checks=(
     "TOPIC_RETIRES_BUSY topics a topic is dropped on a notice without checking that it is idle (a subscriber left on a sequence no send reaches)"
     # TOPIC_STARTS_UNBLOCKED claims: TOPIC-REGISTER-ALTERNATE
     "TOPIC_STARTS_UNBLOCKED topics a topic's new generation registers its listener while the previous unregister runs"
+    "EVICTION_COMPARES_HELD seq a lossy subscriber that replay over-filled past its hard limit is evicted by a send its policy drops"
+    "EVICTION_OFF_BY_ONE seq the hard limit ends a subscriber at u unread elements, not u + 1"
+    "END_SKIPS_PENDING_LAG seq an ended events reader (evicted, cancelled) returns nil without its last .lagged: the sum falls short of droppedCount"
+    "LAG_MARKER_OFF_BY_ONE seq a .bufferingOldest gap is reported one element late"
+    "REPLAYABLE_IGNORED seq send(_:replayable: false) is stored in the replay window"
+    "CANCELLED_SUBSCRIBE_GOES_LIVE topics a subscribe from a cancelled task makes the topic live until it returns: a send then fills a replay window a real subscriber starts with"
+    "SUBSCRIBE_IGNORES_FINISH topics a subscribe whose generation finish(topic:) ended before it returned returns that ended subscriber"
+    "READY_IGNORED     share sink.ready() does not wake the upstreamReady() callers already waiting"
 )
 
 # ordering          target  what it breaks (only those the target finds 3 runs out of 3)
@@ -67,6 +78,7 @@ mkdir -p artifacts
 for check in "${checks[@]}"; do
     read -r fault target what <<<"$check"
     if [[ ${#only[@]} -gt 0 && ! " ${only[*]} " =~ " $target " ]]; then continue; fi
+    picked "$fault" || continue
     log="artifacts/fault-$fault-$target.log"
     start=$(date +%s)
     ./run.sh --sc --fault "$fault" "$target" "$seconds" >"$log" 2>&1
@@ -83,6 +95,7 @@ done
 for check in "${orderings[@]}"; do
     read -r ordering target what <<<"$check"
     if [[ ${#only[@]} -gt 0 && ! " ${only[*]} " =~ " $target " ]]; then continue; fi
+    picked "$ordering" || continue
     log="artifacts/ordering-$ordering-$target.log"
     start=$(date +%s)
     ./run.sh --remove-ordering "$ordering" "$target" "$seconds" >"$log" 2>&1

@@ -17,7 +17,11 @@
 #                  (MISCOUNT_EVICTION, SKIP_WAKE, LEAK_SUBSCRIBER, DROP_EMIT,
 #                  VALUE_SKIP_WAKE, VALUE_DUPLICATE, SHARING_SKIP_STOP,
 #                  SHARING_STALE_DELIVERY, COUNTS_SKIP_REMOVAL,
-#                  TOPIC_RETIRES_BUSY, TOPIC_STARTS_UNBLOCKED);
+#                  TOPIC_RETIRES_BUSY, TOPIC_STARTS_UNBLOCKED,
+#                  EVICTION_COMPARES_HELD, EVICTION_OFF_BY_ONE,
+#                  END_SKIPS_PENDING_LAG, LAG_MARKER_OFF_BY_ONE,
+#                  REPLAYABLE_IGNORED, CANCELLED_SUBSCRIBE_GOES_LIVE,
+#                  SUBSCRIBE_IGNORES_FINISH, READY_IGNORED);
 #                  a finding is then the expected outcome (see fault-check.sh)
 #   --sc      build the old, sequentially consistent way (every atomic is a
 #             real C11 atomic; also FUZZ_MEMORY=sc). The default builds the
@@ -57,7 +61,7 @@ while [[ $# -gt 0 ]]; do
         --sc) memory="sc"; shift ;;
         --strict) strict="all"; shift ;;
         --strict=*) strict="${1#--strict=}"; shift ;;
-        -h|--help) sed -n '2,43p' "$(basename "$0")"; exit 0 ;;
+        -h|--help) sed -n '2,47p' "$(basename "$0")"; exit 0 ;;
         *) break ;;
     esac
 done

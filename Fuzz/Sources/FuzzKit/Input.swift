@@ -55,9 +55,10 @@ public func describe(_ policy: BroadcastBufferingPolicy) -> String {
 }
 
 public func describe(_ result: BroadcastSendResult) -> String {
-    result.isFinished
+    (result.isFinished
         ? "finished(d\(result.delivered),x\(result.dropped))"
-        : "delivered \(result.delivered), dropped \(result.dropped)"
+        : "delivered \(result.delivered), dropped \(result.dropped)")
+        + (result.evicted == 0 ? "" : ", evicted \(result.evicted)")
 }
 
 /// The error type of the fuzzed sequences.

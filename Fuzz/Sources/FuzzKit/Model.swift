@@ -71,6 +71,19 @@ public enum ReadResult: Equatable, CustomStringConvertible {
     }
 }
 
+/// One events read: a gap, or what a plain read gives.
+public enum EventResult: Equatable, CustomStringConvertible {
+    case lagged(Int)
+    case read(ReadResult)
+
+    public var description: String {
+        switch self {
+        case .lagged(let n): return ".lagged(\(n))"
+        case .read(let r): return r.description
+        }
+    }
+}
+
 public final class ModelSubscriber: CustomStringConvertible {
     public let name: String
     public let policy: BroadcastBufferingPolicy
@@ -115,6 +128,20 @@ public final class ModelSubscriber: CustomStringConvertible {
     /// emit leaves a `.bounded` subscriber at its capacity or above, never
     /// by replay).
     public var markedFull = false
+    /// Its eviction limits (`subscribe(bufferingPolicy:eviction:)`), if any.
+    public var eviction: ModelEviction?
+    /// Ended by its eviction limit (`isEvicted`).
+    public var evicted = false
+    /// Where its policy dropped elements, for the events reader: `position`
+    /// counts the held elements before the gap (0: before the next one;
+    /// `buffer.count`: after every held one). Ascending, equal positions
+    /// merged.
+    public var gaps: [(position: Int, count: Int)] = []
+    /// Gaps a plain read (`poll()`) went past: the next events read reports
+    /// them first (with the gap before the element next).
+    public var passedLag = 0
+    /// The `.lagged` counts the events reads returned.
+    public var lagReported = 0
 
     init(name: String, policy: BroadcastBufferingPolicy) {
         self.name = name
@@ -123,6 +150,43 @@ public final class ModelSubscriber: CustomStringConvertible {
         case .unbounded, .bounded: isLockFree = true
         case .bufferingOldest(let n): isLockFree = n > 0
         case .bufferingNewest: isLockFree = false
+        }
+    }
+
+    /// The policy dropped `count` elements; the gap sits after `position`
+    /// held elements.
+    func addGap(at position: Int, count: Int = 1) {
+        var index = gaps.count
+        while index > 0, gaps[index - 1].position > position { index -= 1 }
+        if index > 0, gaps[index - 1].position == position {
+            gaps[index - 1].count += count
+        } else {
+            gaps.insert((position, count), at: index)
+        }
+    }
+
+    /// The oldest held element leaves the buffer: gaps before it move to
+    /// before the next one (`passed`: the reader went past them without
+    /// reporting; else they stay due at position 0, merged).
+    func shiftGaps(passed: Bool) {
+        if passed, let first = gaps.first, first.position == 0 {
+            passedLag += first.count
+            gaps.removeFirst()
+        }
+        for index in gaps.indices where gaps[index].position > 0 { gaps[index].position -= 1 }
+        // Two gaps that meet at 0 merge.
+        if gaps.count > 1, gaps[1].position == 0 {
+            gaps[0].count += gaps[1].count
+            gaps.remove(at: 1)
+        }
+    }
+
+    /// The capacity a lossy policy keeps (`.max` for `.unbounded` and
+    /// `.bounded`, which `send` can always grow).
+    public var growthLimit: Int {
+        switch policy {
+        case .unbounded, .bounded: return .max
+        case .bufferingOldest(let n), .bufferingNewest(let n): return n
         }
     }
 
@@ -137,12 +201,40 @@ public final class ModelSubscriber: CustomStringConvertible {
         if let terminal { s += " terminal=\(terminal)" }
         if cancelled { s += " cancelled" }
         if !awaitingFree.isEmpty { s += " awaitingFree=\(awaitingFree)" }
+        if let eviction { s += " eviction=\(eviction)" }
+        if evicted { s += " evicted" }
+        if !gaps.isEmpty { s += " gaps=\(gaps.map { "\($0.count)@\($0.position)" })" }
+        if passedLag > 0 { s += " passedLag=\(passedLag)" }
+        if lagReported > 0 { s += " lagReported=\(lagReported)" }
         if ignoresTaskCancellation { s += " ignoresTaskCancellation" }
         if tombstone { s += " tombstone" }
         if parked { s += " parked" }
         if woken { s += " woken" }
         if consumerBusy { s += " consumerBusy" }
         return s
+    }
+}
+
+/// A subscriber's eviction limits (`BroadcastEviction`), times in whole
+/// seconds of the model's clock.
+public final class ModelEviction: CustomStringConvertible {
+    public let hard: Int
+    public let soft: Int
+    public let softSeconds: Int
+    /// When a send first found it over its soft limit (every send since has).
+    public var overSince: Int?
+
+    public init(hard: Int = .max, soft: Int = .max, softSeconds: Int = 0) {
+        self.hard = hard
+        self.soft = soft
+        self.softSeconds = softSeconds
+    }
+
+    public var description: String {
+        var parts: [String] = []
+        if hard != .max { parts.append("hard \(hard)") }
+        if soft != .max { parts.append("soft \(soft) for \(softSeconds)s" + (overSince.map { " (over since \($0)s)" } ?? "")) }
+        return "[" + parts.joined(separator: ", ") + "]"
     }
 }
 
@@ -200,6 +292,8 @@ public final class BroadcastModel {
     /// Waiting emitters, in arrival order.
     public var emitQueue: [ModelEmit] = []
     public var nextPayload = 1
+    /// The manual clock of the soft eviction limits, in seconds.
+    public var now = 0
 
     public init(defaultPolicy: BroadcastBufferingPolicy, replay: Int) {
         self.defaultPolicy = defaultPolicy
@@ -218,8 +312,10 @@ public final class BroadcastModel {
     /// A new subscriber gets the whole replay window whatever its policy
     /// (nothing counts as dropped); the policy governs later sends, and a
     /// subscriber holding its capacity or more counts as full.
-    public func subscribe(name: String, policy: BroadcastBufferingPolicy?, fromCancelledTask: Bool = false) -> ModelSubscriber {
+    public func subscribe(name: String, policy: BroadcastBufferingPolicy?, fromCancelledTask: Bool = false,
+                          eviction: ModelEviction? = nil) -> ModelSubscriber {
         let subscriber = ModelSubscriber(name: name, policy: policy ?? defaultPolicy)
+        subscriber.eviction = eviction
         subscribers.append(subscriber)
         subscriber.buffer = replay
         subscriber.markedFull = false  // the library ignored replay's outcome (known bug replay-overfill)
@@ -257,6 +353,7 @@ public final class BroadcastModel {
             }
             if s.buffer.count >= n {  // includes n == 0 with no reader waiting
                 s.dropped += 1
+                s.addGap(at: s.buffer.count)  // after every held element
                 return .dropped
             }
             s.buffer.append(id)
@@ -268,11 +365,14 @@ public final class BroadcastModel {
             }
             if n == 0 {
                 s.dropped += 1
+                s.addGap(at: s.buffer.count)  // after what it holds
                 return .dropped
             }
             if s.buffer.count >= n {  // full, or over-filled by replay
                 s.buffer.removeFirst()
+                s.shiftGaps(passed: false)
                 s.dropped += 1
+                s.addGap(at: 0)  // before the element that is now its oldest
                 s.buffer.append(id)
                 return .deliveredEvicting
             }
@@ -286,21 +386,71 @@ public final class BroadcastModel {
     /// payload).
     /// `replayable: false` (`send(_:replayable:)`): the replay window keeps what it had.
     func deliver(_ id: Int, replayable: Bool = true) -> BroadcastSendResult {
+        deliver(batch: [id], replayable: replayable)
+    }
+
+    /// `send(contentsOf:)`: each subscriber's limits are checked once for
+    /// the whole batch (one that the batch would take past its hard limit
+    /// gets none of it), then the elements are offered as consecutive
+    /// sends would. One element: `send`.
+    func deliver(batch: [Int], replayable: Bool = true) -> BroadcastSendResult {
         var result = BroadcastSendResult()
+        guard !batch.isEmpty else { return result }
+        var evictedNow: [ModelSubscriber] = []
         for s in subscribers where s.registered {
-            switch offer(id, to: s) {
-            case .delivered: result.delivered += 1
-            case .deliveredEvicting: result.delivered += 1; result.dropped += 1
-            case .dropped: result.dropped += 1
-            case .skipped: break
+            if s.tombstone { continue }
+            if s.evicted { continue }  // waiting for its removal
+            if s.eviction != nil, evicts(s, adding: batch.count) {
+                s.evicted = true
+                evictedNow.append(s)
+                result.evicted += 1
+                continue
+            }
+            for id in batch {
+                switch offer(id, to: s) {
+                case .delivered: result.delivered += 1
+                case .deliveredEvicting: result.delivered += 1; result.dropped += 1
+                case .dropped: result.dropped += 1
+                case .skipped: break
+                }
             }
         }
         for s in subscribers where s.registered && s.parked { wake(s) }
         if replayLimit > 0 && replayable {
-            if replay.count == replayLimit { replay.removeFirst() }
-            replay.append(id)
+            for id in batch {
+                if replay.count == replayLimit { replay.removeFirst() }
+                replay.append(id)
+            }
         }
+        // An evicted subscriber ends as after `cancel()`, once the send's
+        // critical section is over.
+        for s in evictedNow { cancel(s) }
         return result
+    }
+
+    /// The limits of `s` before a send hands it `adding` elements. The hard
+    /// limit asks what the send does: its policy's drops and evictions do
+    /// not make it hold more, so a lossy subscriber that replay over-filled
+    /// past the limit is not ended by them. The soft limit: a send that
+    /// finds it over `soft`, when every send for `softSeconds` has, ends it.
+    func evicts(_ s: ModelSubscriber, adding: Int) -> Bool {
+        guard let limits = s.eviction else { return false }
+        let count = s.buffer.count
+        let after = count >= s.growthLimit ? count : Swift.min(count + adding, s.growthLimit)
+        if after > limits.hard && after > count { return true }
+        if count > limits.soft {
+            let since = limits.overSince ?? now
+            limits.overSince = since
+            return now - since >= limits.softSeconds
+        }
+        limits.overSince = nil
+        return false
+    }
+
+    /// `send(contentsOf:)`.
+    public func send(batch: [Int]) -> BroadcastSendResult {
+        if terminal != nil { return BroadcastSendResult(isFinished: true) }
+        return deliver(batch: batch)
     }
 
     func wake(_ s: ModelSubscriber) {
@@ -390,6 +540,7 @@ public final class BroadcastModel {
         }
         if !s.buffer.isEmpty {
             let id = s.buffer.removeFirst()
+            s.shiftGaps(passed: true)
             if s.boundedCapacity != nil { serveEmitters() }
             // Finished and now drained: it leaves now, not when it takes
             // the terminal event.
@@ -425,7 +576,45 @@ public final class BroadcastModel {
             s.awaitingFree += s.buffer  // the reader holding the slot frees them
         }
         s.buffer.removeAll()
+        s.gaps.removeAll()
+        s.passedLag = 0
         if s.parked { wake(s) }
+    }
+
+    /// One non-suspending events read (`events`' `next()` that does not
+    /// wait): a gap due before the next element (or one a plain read went
+    /// past) first, as one `.lagged(n)`; once the subscriber has ended
+    /// (cancelled, evicted, its task cancelled), what is still unreported,
+    /// then the end; else as `poll(_:)`.
+    public func pollEvent(_ s: ModelSubscriber) -> EventResult {
+        if s.cancelled {
+            s.awaitingFree.removeAll()
+            let due = s.dropped - s.lagReported
+            if due > 0 {
+                s.lagReported += due
+                return .lagged(due)
+            }
+            return .read(.end)
+        }
+        var due = s.passedLag
+        if let first = s.gaps.first, first.position == 0 {
+            due += first.count
+            s.gaps.removeFirst()
+        }
+        if due > 0 {
+            s.passedLag = 0
+            s.lagReported += due
+            return .lagged(due)
+        }
+        return .read(poll(s))
+    }
+
+    /// The events reader noticed its task's cancellation: the subscriber
+    /// ends as with `cancel()`, and the reader reports the gap still
+    /// unreported before `nil`.
+    public func endEventsByConsumer(_ s: ModelSubscriber) -> EventResult {
+        cancel(s)
+        return pollEvent(s)
     }
 
     /// The reader noticed its task's cancellation (`endByConsumer`): the
@@ -460,7 +649,7 @@ public final class BroadcastModel {
     }
 
     public func dump() -> String {
-        var lines = ["model: terminal=\(terminal.map { "\($0)" } ?? "none") replay=\(replay) emitQueue=\(emitQueue.map(\.payload)) subscriberCount=\(subscriberCount)"]
+        var lines = ["model: terminal=\(terminal.map { "\($0)" } ?? "none") replay=\(replay) emitQueue=\(emitQueue.map(\.payload)) subscriberCount=\(subscriberCount) now=\(now)s"]
         for s in subscribers { lines.append("  \(s)") }
         return lines.joined(separator: "\n")
     }

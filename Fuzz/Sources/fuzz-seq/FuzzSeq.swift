@@ -7,10 +7,17 @@
 // subscriberCount, isFinished, waitingEmitterCount, isConsumerWaiting and
 // the number of live payloads (so freed buffers are really freed).
 //
+// v5: subscribers with eviction limits (hard, soft on a `ManualClock`,
+// both), `send(_:replayable: false)`, `send(contentsOf:)`, reads through
+// `events` (`.lagged(n)` placement; a read that would wait is cancelled:
+// the gap still pending, then `nil`), and `isEvicted`.
+//
 // Input layout: byte 0 the default policy, byte 1 the replay, then one
-// opcode byte per step followed by its operands.
+// opcode byte per step followed by its operands. Opcode bytes 0-207 keep
+// their older meaning (`byte % 16`); 208-255 are the v5 operations.
 
 @_spi(Testing) import AsyncBroadcast
+import AsyncBroadcastTestSupport
 import FuzzKit
 
 typealias Broadcast = BroadcastSequence<Payload, FuzzError>
@@ -46,6 +53,10 @@ struct SeqProgram {
     var sequence: Broadcast?
     var slots: [Slot?] = Array(repeating: nil, count: slotCount)
     var subscriberSerial = 0
+    /// The soft eviction limits' time.
+    let clock = ManualClock()
+    /// Runs the events reads (`next()` of `events` is async) on this thread.
+    let executor = ManualExecutor()
 
     init(input: ByteReader, trace: Trace) {
         self.input = input
@@ -80,8 +91,12 @@ struct SeqProgram {
     }
 
     mutating func step() {
-        let opcode = input.below(16)
-        switch opcode {
+        let byte = input.byte()
+        if byte >= 208 {
+            v5Step((byte - 208) / 8)
+            return
+        }
+        switch byte % 16 {
         case 0, 1:
             let byte = input.byte()
             let policy: BroadcastBufferingPolicy? = byte & 0x80 != 0 ? nil : decodePolicy(byte)
@@ -141,6 +156,200 @@ struct SeqProgram {
         }
     }
 
+    // MARK: v5
+
+    mutating func v5Step(_ operation: Int) {
+        switch operation {
+        case 0:
+            subscribeWithEviction()
+        case 1:
+            guard let sequence else { return }
+            let id = model.makePayloadID()
+            trace.add("send(#\(id), replayable: false)")
+            let actual = sequence.send(Payload(id), replayable: false)
+            let expected = model.send(id, replayable: false)
+            trace.annotate(" -> \(describe(actual))")
+            if actual != expected {
+                trace.fail("send(#\(id), replayable: false) returned \(describe(actual)), expected \(describe(expected))",
+                           details: model.dump())
+            }
+        case 2:
+            let count = input.byte() % 40 + 1
+            guard let sequence else { return }
+            let ids = (0..<count).map { _ in model.makePayloadID() }
+            trace.add("send(contentsOf: #\(ids[0])...#\(ids[count - 1]))")
+            let actual = sequence.send(contentsOf: ids.map { Payload($0) })
+            let expected = model.send(batch: ids)
+            trace.annotate(" -> \(describe(actual))")
+            if actual != expected {
+                trace.fail("send(contentsOf:) returned \(describe(actual)), expected \(describe(expected))",
+                           details: model.dump())
+            }
+        case 3:
+            let operand = input.byte()
+            guard let index = occupiedSlot(from: operand), let slot = slots[index] else { return }
+            if operand & 0x80 != 0 {
+                trace.add("\(slot.model.name): events until empty")
+                var results: [EventResult] = []
+                while results.count < 10_000, let r = readEvent(slot, cancelIfWaiting: false, annotate: false) {
+                    results.append(r)
+                    if r == .read(.end) || r == .read(.empty) { break }
+                    if case .read(.failure) = r { break }
+                }
+                trace.annotate(" -> \(results)")
+            } else {
+                trace.add("\(slot.model.name): events.next()" + (operand & 0x40 != 0 ? ", its task cancelled if it waits" : ""))
+                readEvent(slot, cancelIfWaiting: operand & 0x40 != 0)
+            }
+        case 4:
+            let seconds = input.byte() % 3 + 1
+            model.now += seconds
+            trace.add("clock.advance(by: .seconds(\(seconds)))  [now \(model.now)s]")
+            clock.advance(by: .seconds(seconds))
+        default:
+            let operand = input.byte()
+            if operand & 0x80 != 0 {
+                emit()
+            } else {
+                // Plain sends are most of what moves a subscriber past its limits.
+                send(count: operand % 8 + 1)
+            }
+        }
+    }
+
+    /// One `emit` in a task on the manual executor, only where it does not
+    /// wait (no full `.bounded` subscriber): it delivers as `send` does,
+    /// eviction included.
+    mutating func emit() {
+        guard let sequence else { return }
+        if model.terminal == nil && (!model.emitQueue.isEmpty || model.hasFullSubscriber) { return }
+        let id = model.makePayloadID()
+        trace.add("emit(#\(id)) in a task")
+        let box = EmitResultBox()
+        let payload = Payload(id)
+        Task(executorPreference: executor) {
+            box.result = try? await sequence.emit(payload)
+            box.done = true
+        }
+        executor.runUntilIdle()
+        let e = ModelEmit(payload: id)
+        if model.emitBegins(e, taskCancelled: false) {
+            trace.fail("the model makes emit(#\(id)) wait, though nobody was full", details: model.dump())
+        }
+        guard box.done, let actual = box.result else {
+            trace.fail("emit(#\(id)) did not return in one run of the executor (nobody is full)", details: model.dump())
+        }
+        trace.annotate(" -> \(describe(actual))")
+        if EmitOutcomeModel.delivered(actual) != e.outcome {
+            trace.fail("emit(#\(id)) returned \(describe(actual)), expected \(e.outcome.map { "\($0)" } ?? "nothing")",
+                       details: model.dump())
+        }
+    }
+
+    static let hardTable = [1, 1, 2, 3, 4, 5, 8, 16, 17, 64]
+    static let softTable = [0, 1, 2, 3, 4, 8, 16]
+
+    mutating func subscribeWithEviction() {
+        let byte = input.byte()
+        let policy: BroadcastBufferingPolicy? = byte & 0x80 != 0 ? nil : decodePolicy(byte)
+        let limits = input.byte()
+        let hard = Self.hardTable[(limits & 15) % Self.hardTable.count]
+        let soft = Self.softTable[(limits >> 4) % Self.softTable.count]
+        let seconds = input.byte() % 4
+        guard let sequence, let index = slots.firstIndex(where: { $0 == nil }) else { return }
+        let eviction: BroadcastEviction
+        let limitsModel: ModelEviction
+        let text: String
+        switch limits >> 7 == 0 ? (limits >> 6) & 1 : 2 {
+        case 0:
+            eviction = .hardLimit(hard)
+            limitsModel = ModelEviction(hard: hard)
+            text = ".hardLimit(\(hard))"
+        case 1:
+            eviction = .softLimit(soft + 1, for: .seconds(seconds))
+            limitsModel = ModelEviction(soft: soft + 1, softSeconds: seconds)
+            text = ".softLimit(\(soft + 1), for: .seconds(\(seconds)))"
+        default:
+            eviction = .limits(hard: hard, soft: soft + 1, for: .seconds(seconds))
+            limitsModel = ModelEviction(hard: hard, soft: soft + 1, softSeconds: seconds)
+            text = ".limits(hard: \(hard), soft: \(soft + 1), for: .seconds(\(seconds)))"
+        }
+        subscriberSerial += 1
+        let name = "s\(subscriberSerial)"
+        trace.add("\(name) = subscribe(bufferingPolicy: \(policy.map(describe) ?? "nil"), eviction: \(text), clock: manual)  [slot \(index)]")
+        let subscription = sequence.subscribe(bufferingPolicy: policy, eviction: eviction, clock: clock)
+        let m = model.subscribe(name: name, policy: policy, eviction: limitsModel)
+        m.holders = 1
+        slots[index] = Slot(subscription: subscription, model: m)
+    }
+
+    /// One `next()` of the subscription's `events`, in a task on the manual
+    /// executor. If the model says it has to wait: with `cancelIfWaiting`
+    /// the task is cancelled once it waits (the reader ends the subscriber
+    /// and reports the gap still pending, then `nil`); without, the read is
+    /// left out (`nil`).
+    @discardableResult
+    func readEvent(_ slot: Slot, cancelIfWaiting: Bool, annotate: Bool = true) -> EventResult? {
+        let before = trace.enabled ? model.dump() : ""
+        let expected: EventResult
+        let waits = peekEvent(slot.model) == .read(.empty)
+        if waits {
+            guard cancelIfWaiting else {
+                if annotate { trace.annotate(" -> (would wait: not read)") }
+                return .read(.empty)
+            }
+            expected = model.endEventsByConsumer(slot.model)
+        } else {
+            expected = model.pollEvent(slot.model)
+        }
+        let box = EventBox()
+        let subscription = slot.subscription
+        let task = Task(executorPreference: executor) {
+            var iterator = subscription.events.makeAsyncIterator()
+            do {
+                box.event = try await iterator.next()
+            } catch {
+                box.error = error as? FuzzError
+            }
+            box.done = true
+        }
+        executor.runUntilIdle()
+        if waits {
+            if box.done {
+                trace.fail("\(slot.model.name): events.next() returned \(box.describe) at once, expected it to wait",
+                           details: before)
+            }
+            task.cancel()
+            executor.runUntilIdle()
+        }
+        guard box.done else {
+            trace.fail("\(slot.model.name): events.next() waits, expected \(expected)", details: before)
+        }
+        let actual: EventResult
+        switch box.event {
+        case .element(let payload)?: actual = .read(.element(payload.id))
+        case .lagged(let n)?: actual = .lagged(n)
+        case nil: actual = box.error.map { .read(.failure($0.code)) } ?? .read(.end)
+        }
+        if annotate { trace.annotate(" -> \(actual)") }
+        if actual != expected {
+            trace.fail("\(slot.model.name): events.next() returned \(actual), expected \(expected)", details: before)
+        }
+        if expected == .read(.end) && slot.model.lagReported != slot.model.dropped {
+            trace.fail("\(slot.model.name): the events ended with .lagged counts summing to \(slot.model.lagReported), droppedCount \(slot.model.dropped)",
+                       details: model.dump())
+        }
+        return actual
+    }
+
+    /// What `pollEvent` would return, without changing the model.
+    func peekEvent(_ s: ModelSubscriber) -> EventResult {
+        if s.cancelled { return s.dropped > s.lagReported ? .lagged(s.dropped - s.lagReported) : .read(.end) }
+        if s.passedLag > 0 || s.gaps.first?.position == 0 { return .lagged(1) }
+        if !s.buffer.isEmpty { return .read(.element(s.buffer[0])) }
+        return s.terminal == nil ? .read(.empty) : .read(.end)
+    }
+
     mutating func send(count: Int) {
         guard let sequence else { return }
         let first = model.nextPayload
@@ -188,6 +397,8 @@ struct SeqProgram {
             expectEqual(slot.subscription.droppedCount, slot.model.dropped, "\(slot.model.name).droppedCount", trace,
                         details: model.dump())
             expectEqual(slot.subscription.isConsumerWaiting, false, "\(slot.model.name).isConsumerWaiting", trace)
+            expectEqual(slot.subscription.isEvicted, slot.model.evicted, "\(slot.model.name).isEvicted", trace,
+                        details: model.dump())
         }
         let storageAlive = sequence != nil || slots.contains { $0 != nil }
         let held = model.heldPayloads(storageAlive: storageAlive)
@@ -196,4 +407,25 @@ struct SeqProgram {
                        details: model.dump())
         }
     }
+}
+
+/// What an events read's task got.
+final class EventBox: @unchecked Sendable {
+    var event: BroadcastEvent<Payload>?
+    var error: FuzzError?
+    var done = false
+
+    var describe: String {
+        switch event {
+        case .element(let payload)?: return "#\(payload.id)"
+        case .lagged(let n)?: return ".lagged(\(n))"
+        case nil: return error.map { "throw(\($0.code))" } ?? "end"
+        }
+    }
+}
+
+/// What an `emit` task got.
+final class EmitResultBox: @unchecked Sendable {
+    var result: BroadcastSendResult?
+    var done = false
 }

@@ -32,6 +32,13 @@
 // sequence's storage must be freed (no task, timer or listener keeps it),
 // no element may stay alive, and `subscriberCounts` must end.
 //
+// Readiness (v5): `sink.ready()` on any run's sink, and
+// `upstreamReady()` of a registered subscriber in a task on the manual
+// executor: `true` at once without a listener, or once the current run (the
+// one serving it) said `ready()`; until then it waits, and a waiter must
+// return `true` in the step that makes its run ready (a lost wake-up
+// fails), `false` only once the subscriber or the sequence has ended.
+//
 // Input layout: byte 0 the source (bit 0: listener or upstream; bit 1:
 // `FuzzError` or `any Error`), byte 1 the start, byte 2 the default
 // policy, byte 3 the replay, bytes 4-7 what each run's listener or
@@ -131,6 +138,22 @@ final class ShareProgram<Failure: Error> {
         let subscription: Subscription
         let model: ModelSubscriber
     }
+
+    /// An `upstreamReady()` call in a task on the manual executor.
+    final class ReadyBox: @unchecked Sendable {
+        var result: Bool?
+        var threw = false
+        var done = false
+    }
+
+    struct ReadyWaiter {
+        let box: ReadyBox
+        let model: ModelSubscriber
+        let run: RunModel
+    }
+
+    /// `upstreamReady()` calls still waiting.
+    var readyWaiters: [ReadyWaiter] = []
 
     /// A subscribe made inside a cancelled task (on the manual executor).
     final class Mailbox: @unchecked Sendable {
@@ -265,6 +288,10 @@ final class ShareProgram<Failure: Error> {
             FuzzWeakMemory.drain(FuzzWeakMemory.driver)
             return
         }
+        if raw >= 240 {
+            readinessStep(raw)
+            return
+        }
         let opcode = raw % 20
         if sequence == nil && [0, 1, 2, 3, 12, 13, 14, 15, 16].contains(opcode) { return }  // released
         switch opcode {
@@ -295,6 +322,9 @@ final class ShareProgram<Failure: Error> {
             model.afterSection(countBefore: before)
         case 5:
             guard let index = occupiedSlot(from: input.byte()), let slot = slots[index] else { return }
+            // A waiting `upstreamReady()` keeps the subscription (its task
+            // holds it): not released meanwhile.
+            guard !readyWaiters.contains(where: { $0.model === slot.model }) else { return }
             trace.add("release \(slot.model.name)")
             let before = model.elements.subscriberCount
             slots[index] = nil
@@ -368,6 +398,102 @@ final class ShareProgram<Failure: Error> {
         model.advanceTasks()
         settle()
         check()
+    }
+
+    // MARK: Readiness
+
+    func readinessStep(_ raw: Int) {
+        let byte = input.byte()
+        if raw % 2 == 0 {
+            guard model.isListener, let run = pickRun(byte, among: model.runs) else { return }
+            let sink = recorder.sinks.withLock { $0[run.index - 1] }
+            trace.add("sink #\(run.index)\(run === model.current ? "" : " (stale)").ready()")
+            sink.ready()
+            model.sinkReady(run)
+        } else {
+            guard sequence != nil, let index = occupiedSlot(from: byte), let slot = slots[index] else { return }
+            let s = slot.model
+            // Only where the serving run is known: a registered subscriber of
+            // an unfinished sequence is served by the current run.
+            guard s.registered, !s.cancelled, model.terminal == nil else { return }
+            let run = model.current
+            if model.isListener && run == nil { return }
+            trace.add("\(s.name).upstreamReady() in a task")
+            let box = ReadyBox()
+            let subscription = slot.subscription
+            Task(executorPreference: executor) {
+                do {
+                    box.result = try await subscription.upstreamReady()
+                } catch {
+                    box.threw = true
+                }
+                box.done = true
+            }
+            s.holders += 1  // the task's reference
+            runReadyTasks()
+            let expectedNow = !model.isListener || run!.ready
+            if expectedNow {
+                guard box.done, box.result == true else {
+                    trace.fail("\(s.name).upstreamReady() " + (box.done ? "returned \(box.result.map { "\($0)" } ?? "CancellationError")" : "waits")
+                        + ", expected true at once" + (model.isListener ? " (run #\(run!.index) said ready())" : " (no listener)"),
+                        details: model.dump())
+                }
+                trace.annotate(" -> true")
+                model.elements.release(s)
+            } else {
+                if box.done {
+                    trace.fail("\(s.name).upstreamReady() returned \(box.result.map { "\($0)" } ?? "CancellationError") at once, expected it to wait for run #\(run!.index)'s ready()",
+                               details: model.dump())
+                }
+                trace.annotate(" -> waits")
+                readyWaiters.append(ReadyWaiter(box: box, model: s, run: run!))
+            }
+        }
+        model.advanceTasks()
+        settle()
+        check()
+    }
+
+    /// Runs the `upstreamReady()` tasks' jobs (a task of its own, awaited
+    /// by the driver: drained once it ran).
+    func runReadyTasks() {
+        FuzzWeakMemory.drain(FuzzWeakMemory.driver)
+        FuzzWeakMemory.runAs(FuzzWeakMemory.thread(ofTask: 1)) { executor.runUntilIdle() }
+        FuzzWeakMemory.drain(FuzzWeakMemory.thread(ofTask: 1))
+    }
+
+    /// The waiting `upstreamReady()` calls after a step: one whose run said
+    /// `ready()` must have returned `true`; one whose subscriber or
+    /// sequence ended, `false`; a `true` needs its run's `ready()`.
+    func checkReadyWaiters() {
+        guard !readyWaiters.isEmpty else { return }
+        runReadyTasks()
+        var still: [ReadyWaiter] = []
+        for w in readyWaiters {
+            let s = w.model
+            let ended = s.cancelled || !s.registered || model.terminal != nil
+            if !w.box.done {
+                if w.run.ready {
+                    trace.fail("\(s.name).upstreamReady() still waits after run #\(w.run.index)'s sink.ready()", details: model.dump())
+                }
+                if ended {
+                    trace.fail("\(s.name).upstreamReady() still waits after its subscriber or the sequence ended (expected false)",
+                               details: model.dump())
+                }
+                still.append(w)
+                continue
+            }
+            let expected = w.run.ready
+            if w.box.threw || w.box.result != expected || (!expected && !ended) {
+                trace.fail("\(s.name).upstreamReady() returned \(w.box.threw ? "CancellationError" : String(w.box.result!)), expected \(expected)"
+                    + (expected ? "" : " only once its subscriber or the sequence ended"), details: model.dump())
+            }
+            trace.annotate("  [\(s.name).upstreamReady() -> \(w.box.result!)]")
+            let before = model.elements.subscriberCount
+            model.elements.release(s)  // the task's reference
+            model.afterSection(countBefore: before)
+        }
+        readyWaiters = still
     }
 
     // MARK: Operations
@@ -623,6 +749,7 @@ final class ShareProgram<Failure: Error> {
     }
 
     func check() {
+        checkReadyWaiters()
         let log = recorder.log.value
         if log != model.listenerLog {
             trace.fail("listener log: expected \(model.listenerLog), got \(log)", details: model.dump())

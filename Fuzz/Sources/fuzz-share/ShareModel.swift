@@ -169,6 +169,9 @@ final class RunModel: CustomStringConvertible {
     var nextCalls = 1
     /// The upstream's `next()` saw the task's cancellation.
     var gateSawCancel = false
+    /// Its sink said `ready()` while it was the current run of an
+    /// unfinished sequence (listener runs only).
+    var ready = false
 
     init(index: Int, cancelMode: CancelMode) {
         self.index = index
@@ -365,6 +368,12 @@ final class ShareModel {
     func sinkSend(_ run: RunModel, id: Int, replayable: Bool = true) -> BroadcastSendResult {
         guard run === current else { return BroadcastSendResult(isFinished: true) }
         return elements.send(id, replayable: replayable)
+    }
+
+    /// `sink.ready()` on run `run`'s sink: ignored once the run was stopped
+    /// or the sequence finished.
+    func sinkReady(_ run: RunModel) {
+        if run === current && terminal == nil { run.ready = true }
     }
 
     /// The driver hands run `run`'s upstream task an element.

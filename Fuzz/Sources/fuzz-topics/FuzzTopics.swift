@@ -28,6 +28,17 @@
 // element may stay alive (a topic that has gone holds nothing), and the
 // `BroadcastTopics` must be freed.
 //
+// v5: a subscribe from a cancelled task (in a task on `ManualExecutor`
+// cancelled before it subscribes), and operations put exactly in the window
+// between a subscribe's shard lock and its return
+// (`_runAfterSubscribeUnlocks`): a send to the topic, `finish(topic:)` of
+// it, a subscribe from another thread, a send then such a subscribe. The
+// model's rule: a subscribe that returns lands on a live generation (a
+// finish in its window does not end it: it starts again); a cancelled
+// subscribe never makes a topic live (it gets a live topic's replay window,
+// then ends); a later subscriber never starts with elements sent while the
+// topic was not live.
+//
 // Input layout: byte 0 the form (plain, `stopAfter` 0, 1 or 2 s), byte 1
 // the replay (0-3), then one opcode byte per step followed by its
 // operands. Every subscriber is `.unbounded` (the default policy).
@@ -78,6 +89,41 @@ final class EmitBox: @unchecked Sendable {
     var done = false
 }
 
+/// What runs in a subscribe's window (`_runAfterSubscribeUnlocks`): set by
+/// the driver just before the subscribe, taken once, on the driver's thread
+/// only (a stop timer's inner subscribe must not take it). It must not keep
+/// the topics (the registry holds the hook).
+final class WindowHook: @unchecked Sendable {
+    let pending = Locked<(() -> Void)?>(nil)
+    let driverThread = pthread_self()
+
+    func run() {
+        guard pthread_equal(pthread_self(), driverThread) != 0 else { return }
+        if let action = pending.withLock({ action in defer { action = nil }; return action }) { action() }
+    }
+}
+
+/// Runs `body` on a new thread and waits for it: a subscribe from another
+/// context (no task, so not the cancelled task the window may be in).
+func onOtherThread(_ body: @escaping () -> Void) {
+    final class Box { let body: () -> Void; init(_ body: @escaping () -> Void) { self.body = body } }
+    var thread = pthread_t()
+    let box = Unmanaged.passRetained(Box(body)).toOpaque()
+    let status = pthread_create(&thread, nil, { raw in
+        Unmanaged<Box>.fromOpaque(raw!).takeRetainedValue().body()
+        return nil
+    }, box)
+    precondition(status == 0, "pthread_create failed")
+    pthread_join(thread, nil)
+}
+
+/// A subscription made on another thread, or in a task.
+final class SubscriptionBox: @unchecked Sendable {
+    var subscription: BroadcastTopics<Int, TopicItem, Never>.Subscription?
+    var sent: BroadcastSendResult?
+    var done = false
+}
+
 final class TopicsProgram {
     typealias Topics = BroadcastTopics<Int, TopicItem, Never>
 
@@ -96,6 +142,7 @@ final class TopicsProgram {
     var slots: [Slot] = []
     var serial = 0
     var nextID = 1
+    let window = WindowHook()
     /// Items alive before this program (a traced re-run starts while the
     /// failed run still holds its own).
     let baselineItems = liveItems.value
@@ -119,6 +166,8 @@ final class TopicsProgram {
             topics = Topics(replay: replay)
         }
         listener.topics = topics
+        let window = self.window
+        topics!._runAfterSubscribeUnlocks { window.run() }
         check()
     }
 
@@ -147,6 +196,10 @@ final class TopicsProgram {
             // the stop timers' threads.
             trace.add("(memory) drain the driver's stores (\(FuzzWeakMemory.pending(FuzzWeakMemory.driver)) pending)")
             FuzzWeakMemory.drain(FuzzWeakMemory.driver)
+            return
+        }
+        if raw >= 230 {
+            v5Step(raw)
             return
         }
         switch raw % 18 {
@@ -273,6 +326,114 @@ final class TopicsProgram {
             trace.add("finish()")
             t.finish()
             model.finishAll()
+        }
+        settle()
+        annotateListeners()
+        pickUpInner()
+        check()
+    }
+
+    // MARK: v5: cancelled subscribes, the subscribe's window
+
+    /// The operation put in a subscribe's window.
+    enum WindowAction {
+        case nothing, send, finishTopic, subscribeElsewhere, sendThenSubscribeElsewhere
+    }
+
+    func v5Step(_ raw: Int) {
+        let byte = input.byte()
+        let topic = byte % topicSpace
+        let other = (byte >> 2) % topicSpace
+        let actions: [WindowAction] = [.nothing, .send, .finishTopic, .subscribeElsewhere, .sendThenSubscribeElsewhere]
+        var action = actions[(byte >> 4) % actions.count]
+        let cancelled = raw % 2 == 0
+        // The window runs only while the topics are not finished, and one
+        // thing at a time: no hold under way.
+        guard slots.count < slotLimit - 1, !model.finishedAll, !model.anyHold else { return }
+        if cancelled && action == .finishTopic { action = .sendThenSubscribeElsewhere }
+        if action == .finishTopic {
+            // With a listener only on a running topic (the subscribe joins
+            // its run; no `register` of its own is pending) and not armed
+            // (the unregister makes no inner subscriber).
+            if model.isListener && (!model.topics[topic].running || model.topics[topic].armed) { action = .send }
+        }
+        serial += 1
+        let name = "s\(serial)"
+        let windowID = action == .send || action == .sendThenSubscribeElsewhere ? makeID() : 0
+        let elsewhere = action == .subscribeElsewhere || action == .sendThenSubscribeElsewhere ? "s\(serial + 1)" : ""
+        if !elsewhere.isEmpty { serial += 1 }
+        var text = cancelled ? "\(name) = subscribe(to: \(topic)) from a cancelled task" : "\(name) = subscribe(to: \(topic))"
+        switch action {
+        case .nothing: break
+        case .send: text += "; in its window: send(#\(windowID), to: \(topic))"
+        case .finishTopic: text += "; in its window: finish(topic: \(topic))"
+        case .subscribeElsewhere: text += "; in its window: \(elsewhere) = subscribe(to: \(other)) on another thread"
+        case .sendThenSubscribeElsewhere:
+            text += "; in its window: send(#\(windowID), to: \(topic)), then \(elsewhere) = subscribe(to: \(other)) on another thread"
+        }
+        trace.add(text)
+
+        // The window's operations, on the library.
+        let box = SubscriptionBox()
+        let topics = t
+        let windowBox = SubscriptionBox()
+        switch action {
+        case .nothing: break
+        case .send:
+            window.pending.value = { windowBox.sent = topics.send(TopicItem(windowID, topic: topic), to: topic) }
+        case .finishTopic:
+            window.pending.value = { topics.finish(topic: topic) }
+        case .subscribeElsewhere, .sendThenSubscribeElsewhere:
+            let sends = action == .sendThenSubscribeElsewhere
+            window.pending.value = {
+                if sends { windowBox.sent = topics.send(TopicItem(windowID, topic: topic), to: topic) }
+                // A real thread: the weak-memory model's unmodelled threads
+                // read memory, so the stores before its creation drain.
+                FuzzWeakMemory.drainAll()
+                onOtherThread { windowBox.subscription = topics.subscribe(to: other) }
+            }
+        }
+        if cancelled {
+            Task(executorPreference: executor) {
+                withUnsafeCurrentTask { $0!.cancel() }
+                box.subscription = topics.subscribe(to: topic)
+                box.done = true
+            }
+            FuzzWeakMemory.drain(FuzzWeakMemory.driver)  // creating the task
+            FuzzWeakMemory.runAs(FuzzWeakMemory.thread(ofTask: 0)) { executor.runUntilIdle() }
+            FuzzWeakMemory.drain(FuzzWeakMemory.thread(ofTask: 0))
+            if !box.done { trace.fail("a subscribe from a cancelled task did not complete", details: model.dump()) }
+        } else {
+            box.subscription = topics.subscribe(to: topic)
+        }
+        let leftOver = window.pending.withLock { action in defer { action = nil }; return action != nil }
+        if leftOver && action != .nothing {
+            trace.fail("subscribe(to: \(topic)) never ran its window (\(action))", details: model.dump())
+        }
+
+        // The model, in the order the operations took effect.
+        var expectedSent: BroadcastSendResult?
+        if action == .finishTopic {
+            // The finish ended the generation the subscribe had joined: the
+            // subscribe starts again, on a new one.
+            model.finish(topic: topic)
+        }
+        let m = cancelled ? model.subscribeCancelled(to: topic, name: name) : model.subscribe(to: topic, name: name)
+        if action == .send || action == .sendThenSubscribeElsewhere {
+            expectedSent = model.send(windowID, to: topic)
+        }
+        var elsewhereModel: SubscriberModel?
+        if !elsewhere.isEmpty { elsewhereModel = model.subscribe(to: other, name: elsewhere) }
+        model.startRuns()
+        slots.append(Slot(subscription: box.subscription!, model: m))
+        if let elsewhereModel {
+            guard let subscription = windowBox.subscription else {
+                trace.fail("the window's subscribe on another thread did not return", details: model.dump())
+            }
+            slots.append(Slot(subscription: subscription, model: elsewhereModel))
+        }
+        if let expectedSent {
+            compare(windowBox.sent!, expectedSent, "the window's send(#\(windowID), to: \(topic))")
         }
         settle()
         annotateListeners()

@@ -122,6 +122,16 @@ final class TopicsModel {
         return s
     }
 
+    /// A subscribe from a cancelled task: it never makes a topic live. On a
+    /// live topic it gets the replay window, then ends; else it ends at
+    /// once. It never registers (no `register`, no count).
+    func subscribeCancelled(to topic: Int, name: String) -> SubscriberModel {
+        let queue = !finishedAll && topics[topic].live ? topics[topic].replay : []
+        let s = SubscriberModel(name: name, topic: topic, queue: queue)
+        s.ended = true
+        return s
+    }
+
     /// After a driver-level operation: a live topic with subscribers and no
     /// run registers (the subscriber's own thread, before subscribe returns).
     func startRuns() {

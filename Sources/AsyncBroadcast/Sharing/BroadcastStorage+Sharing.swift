@@ -201,7 +201,7 @@ extension BroadcastStorage {
             guard state.terminal == nil, let sharing = state.sharing, sharing.isCurrent(generation),
                   sharing.readyGeneration != generation else { return }
             sharing.readyGeneration = generation
-            sharing.readinessWaiters.wakeAll(into: &effects)
+            if !Fault.readyIgnored { sharing.readinessWaiters.wakeAll(into: &effects) }
         }
     }
 

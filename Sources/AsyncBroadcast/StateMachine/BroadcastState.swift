@@ -176,7 +176,7 @@ struct BroadcastState<Element: Sendable, Failure: Error>: ~Copyable {
             }
             wakeParkedReaders(from: chunkStart, to: chunkEnd, effects: &effects)
         }
-        if replayable && keepsReplay { remember(element, effects: &effects) }
+        if (replayable || Fault.replayableIgnored) && keepsReplay { remember(element, effects: &effects) }
         return result
     }
 

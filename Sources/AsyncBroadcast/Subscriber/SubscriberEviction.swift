@@ -89,7 +89,7 @@ extension SubscriberCore: EvictedSubscriber {
         var count = buffer.producerCountUpperBound()
         func growsPastHard(_ count: Int) -> Bool {
             let after = count >= growthLimit ? count : Swift.min(count &+ adding, growthLimit)
-            return after > eviction.hard && (after > count || Fault.evictionComparesHeld)
+            return after > eviction.hard - (Fault.evictionOffByOne ? 1 : 0) && (after > count || Fault.evictionComparesHeld)
         }
         // Conservative on the upper bound (the real count may be lower and
         // still have room to grow).

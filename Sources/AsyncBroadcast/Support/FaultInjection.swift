@@ -188,6 +188,42 @@ enum Fault {
         #endif
     }
 
+    /// The hard eviction limit is off by one: a send that makes a
+    /// subscriber hold `u` (not `u + 1`) unread elements ends it.
+    @inlinable static var evictionOffByOne: Bool {
+        #if ASYNCBROADCAST_FAULT_EVICTION_OFF_BY_ONE
+        return true
+        #elseif ASYNCBROADCAST_RUNTIME_FAULTS
+        return RuntimeFault.isOn("EVICTION_OFF_BY_ONE")
+        #else
+        return false
+        #endif
+    }
+
+    /// `send(_:replayable: false)` is stored in the replay window like any
+    /// send: a later subscriber starts with it.
+    @inlinable static var replayableIgnored: Bool {
+        #if ASYNCBROADCAST_FAULT_REPLAYABLE_IGNORED
+        return true
+        #elseif ASYNCBROADCAST_RUNTIME_FAULTS
+        return RuntimeFault.isOn("REPLAYABLE_IGNORED")
+        #else
+        return false
+        #endif
+    }
+
+    /// `sink.ready()` records the run as ready but does not wake the
+    /// `upstreamReady()` callers already waiting (a lost wake-up).
+    @inlinable static var readyIgnored: Bool {
+        #if ASYNCBROADCAST_FAULT_READY_IGNORED
+        return true
+        #elseif ASYNCBROADCAST_RUNTIME_FAULTS
+        return RuntimeFault.isOn("READY_IGNORED")
+        #else
+        return false
+        #endif
+    }
+
     /// A served `emit` reports success but delivers nothing.
     @inlinable static var dropEmit: Bool {
         #if ASYNCBROADCAST_FAULT_DROP_EMIT
