@@ -5,11 +5,13 @@
 # non-zero if any fault goes unnoticed. The faults are defined in
 # Sources/AsyncBroadcast/Support/FaultInjection.swift.
 #
-# Two kinds: compile-time faults (-DASYNCBROADCAST_FAULT_<NAME>, one build
-# each, built sequentially consistent as before: `run.sh --sc --fault`), and
-# removed orderings of the cross-thread handshakes, switched at run time in
-# the one weak-memory build (`run.sh --remove-ordering`, no extra build; see
-# WeakMemoryModel.Ordering and Fuzz/README.md, "Weak memory").
+# Two kinds: the library's deliberate faults (`run.sh --sc --fault`: built
+# sequentially consistent as before, in one build for all of them,
+# Fuzz/.build-faults, where ASYNCBROADCAST_FAULT=<NAME> switches each on
+# when the target starts; the same code as -DASYNCBROADCAST_FAULT_<NAME>),
+# and removed orderings of the cross-thread handshakes, switched at run time
+# in the one weak-memory build (`run.sh --remove-ordering`, no extra build;
+# see WeakMemoryModel.Ordering and Fuzz/README.md, "Weak memory").
 #
 #   Fuzz/fault-check.sh [SECONDS [TARGET...]]   (budget per fault, default 60;
 #                                               only the faults of these targets)

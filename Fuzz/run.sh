@@ -13,7 +13,7 @@
 #             topics BroadcastTopics: topic lifetime (subscribe racing the
 #                    last cancel, stop timers, finish(topic:), listeners)
 #   SECONDS   fuzzing time (default 60)
-#   --fault FLAG   build the library with -DASYNCBROADCAST_FAULT_<FLAG>
+#   --fault FLAG   run with the library's deliberate fault FLAG on
 #                  (MISCOUNT_EVICTION, SKIP_WAKE, LEAK_SUBSCRIBER, DROP_EMIT,
 #                  VALUE_SKIP_WAKE, VALUE_DUPLICATE, SHARING_SKIP_STOP,
 #                  SHARING_STALE_DELIVERY, COUNTS_SKIP_REMOVAL,
@@ -21,8 +21,15 @@
 #                  EVICTION_COMPARES_HELD, EVICTION_OFF_BY_ONE,
 #                  END_SKIPS_PENDING_LAG, LAG_MARKER_OFF_BY_ONE,
 #                  REPLAYABLE_IGNORED, CANCELLED_SUBSCRIBE_GOES_LIVE,
-#                  SUBSCRIBE_IGNORES_FINISH, READY_IGNORED);
-#                  a finding is then the expected outcome (see fault-check.sh)
+#                  SUBSCRIBE_IGNORES_FINISH, READY_IGNORED; any fault of
+#                  FaultInjection.swift above the removed orderings, which
+#                  are --remove-ordering's); a finding is then the expected
+#                  outcome (see fault-check.sh). Every fault shares one build
+#                  (Fuzz/.build-faults, or .build-faults-wm): the library is
+#                  built with ASYNCBROADCAST_RUNTIME_FAULTS=1, every fault
+#                  compiled in, and the run exports ASYNCBROADCAST_FAULT=FLAG,
+#                  which turns this one on (the same code as
+#                  -DASYNCBROADCAST_FAULT_<FLAG>, without a build per fault)
 #   --sc      build the old, sequentially consistent way (every atomic is a
 #             real C11 atomic; also FUZZ_MEMORY=sc). The default builds the
 #             library with ASYNCBROADCAST_WEAK_MEMORY=1: every atomic and lock
@@ -43,8 +50,8 @@
 # New corpus entries go to Fuzz/artifacts/corpus-TARGET (ignored by git);
 # crashes to Fuzz/artifacts/. Replay one input with a readable program trace:
 #   FUZZ_TRACE=1 Fuzz/.build/release/fuzz-TARGET path/to/input
-# FUZZ_SCRATCH=DIR builds in DIR instead of Fuzz/.build-wm / Fuzz/.build
-# (parallel builds).
+# FUZZ_SCRATCH=DIR builds in DIR instead of Fuzz/.build-wm / Fuzz/.build /
+# Fuzz/.build-faults (parallel builds).
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -91,10 +98,14 @@ suffix=""
 # ASan). `--sanitize=fuzzer` stays so that SwiftPM links libFuzzer's `main`.
 build_args=(-c release --product "fuzz-$target"
     --sanitize=fuzzer -Xswiftc -sanitize=fuzzer,address -Xcc -fsanitize=fuzzer-no-link,address)
+unset ASYNCBROADCAST_FAULT ASYNCBROADCAST_RUNTIME_FAULTS
 if [[ -n "$fault" ]]; then
     fault="${fault#ASYNCBROADCAST_FAULT_}"
-    scratch=".build-fault-$fault$suffix"
-    build_args+=(--scratch-path "$scratch" -Xswiftc "-DASYNCBROADCAST_FAULT_$fault")
+    scratch="${FUZZ_SCRATCH:-.build-faults$suffix}"
+    build_args+=(--scratch-path "$scratch")
+    # Read by the root Package.swift: every fault compiled in, switched by
+    # ASYNCBROADCAST_FAULT when the target starts.
+    export ASYNCBROADCAST_RUNTIME_FAULTS=1 ASYNCBROADCAST_FAULT="$fault"
     work="artifacts/fault-$fault-$target"
     rm -rf "$work"  # a fault run starts from the committed corpus only
 elif [[ -n "$ordering" ]]; then
