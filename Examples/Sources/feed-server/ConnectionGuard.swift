@@ -292,7 +292,11 @@ final class ConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
                 context.pipeline.syncOperations.removeHandler(context: context, promise: nil)
                 return
             }
-            if !upgrades.isEmpty {
+            arm(context: context, limits.bodyTimeout) { [unowned self] context in
+                self.respondAndClose(context: context, status: .requestTimeout,
+                                     reason: "request body not received within \(Self.seconds(self.limits.bodyTimeout)) s")
+            }
+            if !upgrades.isEmpty {  // another protocol (h2c): served as HTTP/1.1
                 head.headers.remove(name: "upgrade")
                 head.headers.remove(name: "http2-settings")
                 let connection = head.headers[canonicalForm: "connection"].filter {
@@ -300,16 +304,8 @@ final class ConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
                 }
                 head.headers.remove(name: "connection")
                 if !connection.isEmpty { head.headers.add(name: "Connection", value: connection.joined(separator: ", ")) }
-                arm(context: context, limits.bodyTimeout) { [unowned self] context in
-                    self.respondAndClose(context: context, status: .requestTimeout,
-                                         reason: "request body not received within \(Self.seconds(self.limits.bodyTimeout)) s")
-                }
                 context.fireChannelRead(wrapInboundOut(.head(head)))
                 return
-            }
-            arm(context: context, limits.bodyTimeout) { [unowned self] context in
-                self.respondAndClose(context: context, status: .requestTimeout,
-                                     reason: "request body not received within \(Self.seconds(self.limits.bodyTimeout)) s")
             }
         case .body:
             break
