@@ -88,6 +88,9 @@ MAX_CONNECTIONS = 100
 HEADER_TIMEOUT = 2.0
 BODY_TIMEOUT = 2.0
 POOL = 4
+# memory: the bound on publishing and on the fast clients' reading; they end sooner, as soon
+# as every message is published and read (seconds: about 5 quiet, 110 at load 15, debug).
+FAST_READER_LIMIT = 300
 FILE_LIMIT = 256
 LIMIT_FLAGS = ["--max-connections", str(MAX_CONNECTIONS), "--header-timeout", str(HEADER_TIMEOUT),
                "--body-timeout", str(BODY_TIMEOUT), "--publish-connections", str(POOL)]
@@ -422,7 +425,12 @@ def bad_publish(args, checks: Checks, server: Server | None) -> None:
 
 def fast_reader(server: str, run: str, count: int, capacity: int, results, ready) -> None:
     """A fast client, in a process of its own (so that the checker's threads cannot slow it):
-    reads raw frames as they come, until it has `count` messages of the run or 90 s passed.
+    reads raw frames as they come, until it has `count` messages of the run, or nothing came for
+    10 s, or FAST_READER_LIMIT passed. It answers pings, as clients must (RFC 6455 §5.5.2):
+    the server pings every 30 s and closes with 1001 a connection that has not answered the
+    last ping (hummingbird-websocket's auto-ping), so a reader that ignored them was closed a
+    minute in: on a loaded machine (load 12-17, debug), publishing the 4,000 messages took
+    110 s and both fast clients were closed with 1001 after 1,786.
     Puts (indices in order received, gap frames, error) on `results`."""
     received: list[int] = []
     gaps = 0
@@ -441,11 +449,14 @@ def fast_reader(server: str, run: str, count: int, capacity: int, results, ready
         ready.set()
         sock.settimeout(10)  # done once nothing came for 10 s
         started = time.monotonic()
-        while len(received) < count and time.monotonic() - started < 90:
+        while len(received) < count and time.monotonic() - started < FAST_READER_LIMIT:
             try:
                 opcode, payload = reader.next()
             except socket.timeout:
                 break
+            if opcode == 0x9:
+                sock.sendall(frame(0xA, payload))
+                continue
             if opcode == 0x8:
                 error = f"closed by the server ({payload[:2].hex()})"
                 break
@@ -557,12 +568,12 @@ def memory(args, checks: Checks) -> None:
     for thread in publishers:
         thread.start()
     peak = rss_before
-    while any(t.is_alive() for t in publishers) and time.monotonic() - started < 180:
+    while any(t.is_alive() for t in publishers) and time.monotonic() - started < FAST_READER_LIMIT:
         peak = max(peak, server.rss())
         time.sleep(0.2)
     published_in = time.monotonic() - started
-    for client in fast:  # each stops once it has every message, or after 90 s
-        client.join(100)
+    for client in fast:  # each stops once it has every message, or nothing came for 10 s
+        client.join(FAST_READER_LIMIT + 10)
     peak = max(peak, server.rss())
     after = server.stats()
     growth = (peak - rss_before) / 1e6
