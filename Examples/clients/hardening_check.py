@@ -38,7 +38,18 @@ Checks, by group (--only GROUP,...):
   malformed     `HELLO`, an unknown method, a 100 KB header, Content-Length with
                 Transfer-Encoding and an HTTP/2 preface: each gets 400 and is closed;
   protocol      HEAD / is 200; a continuation frame without a start is closed with 1002 and a
-                text frame of invalid UTF-8 with 1007; an unmasked client frame with 1002.
+                text frame of invalid UTF-8 with 1007; an unmasked client frame with 1002;
+  answer-first  a valid request and bad bytes in one packet (POST /publish + `HELLO`, GET /stats +
+                garbage, two GET /stats + garbage): each request that ran gets its own answer first,
+                then the 400, then the close; each such publish reached a reader exactly once;
+  upgrade-refusals  every refused upgrade (Sec-WebSocket-Version 8, no Sec-WebSocket-Key,
+                Upgrade: websocket on /stats or by POST, Upgrade: h2c on /feed, a bad policy,
+                capacity or topic) gets an HTTP answer with a one-line reason, and is closed;
+  hung-postgres SIGTERM while PostgreSQL has stopped answering (a relay of ours between the server
+                and PostgreSQL stops passing bytes and keeps its sockets open, as a SIGSTOPped
+                PostgreSQL or a partition does) with a reader on a topic (so the shutdown barrier
+                goes out) and a publish in flight: the publish is answered 503, and the process
+                exits 0 within --shutdown-timeout (10 s).
 
 With --tsan (a ThreadSanitizer build) the RSS limits are not checked (its shadow memory and
 allocator make RSS meaningless), everything else is.
@@ -66,6 +77,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.parse
 import uuid
 
 from websockets.sync.client import connect as ws_connect
@@ -76,10 +88,14 @@ MAX_CONNECTIONS = 100
 HEADER_TIMEOUT = 2.0
 BODY_TIMEOUT = 2.0
 POOL = 4
+# memory: the bound on publishing and on the fast clients' reading; they end sooner, as soon
+# as every message is published and read (seconds: about 5 quiet, 110 at load 15, debug).
+FAST_READER_LIMIT = 300
 FILE_LIMIT = 256
 LIMIT_FLAGS = ["--max-connections", str(MAX_CONNECTIONS), "--header-timeout", str(HEADER_TIMEOUT),
                "--body-timeout", str(BODY_TIMEOUT), "--publish-connections", str(POOL)]
-GROUPS = ["publish-race", "bad-publish", "memory", "leak", "shutdown", "limits", "malformed", "protocol"]
+GROUPS = ["publish-race", "bad-publish", "memory", "leak", "shutdown", "limits", "malformed", "protocol",
+          "answer-first", "upgrade-refusals", "hung-postgres"]
 
 
 def die_with_parent() -> None:
@@ -99,12 +115,12 @@ class Server:
     instances: list["Server"] = []
 
     def __init__(self, args: argparse.Namespace, name: str, flags: list[str] | None = None,
-                 file_limit: int | None = None) -> None:
+                 file_limit: int | None = None, postgres: str | None = None) -> None:
         self.args = args
         self.name = name
         self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
-        command = [args.binary, "--port", str(self.port), "--postgres", args.postgres]
+        command = [args.binary, "--port", str(self.port), "--postgres", postgres or args.postgres]
         if not args.plain:
             given = dict(zip(LIMIT_FLAGS[::2], LIMIT_FLAGS[1::2]))
             given.update(zip((flags or [])[::2], (flags or [])[1::2]))
@@ -409,7 +425,12 @@ def bad_publish(args, checks: Checks, server: Server | None) -> None:
 
 def fast_reader(server: str, run: str, count: int, capacity: int, results, ready) -> None:
     """A fast client, in a process of its own (so that the checker's threads cannot slow it):
-    reads raw frames as they come, until it has `count` messages of the run or 90 s passed.
+    reads raw frames as they come, until it has `count` messages of the run, or nothing came for
+    10 s, or FAST_READER_LIMIT passed. It answers pings, as clients must (RFC 6455 §5.5.2):
+    the server pings every 30 s and closes with 1001 a connection that has not answered the
+    last ping (hummingbird-websocket's auto-ping), so a reader that ignored them was closed a
+    minute in: on a loaded machine (load 12-17, debug), publishing the 4,000 messages took
+    110 s and both fast clients were closed with 1001 after 1,786.
     Puts (indices in order received, gap frames, error) on `results`."""
     received: list[int] = []
     gaps = 0
@@ -428,11 +449,14 @@ def fast_reader(server: str, run: str, count: int, capacity: int, results, ready
         ready.set()
         sock.settimeout(10)  # done once nothing came for 10 s
         started = time.monotonic()
-        while len(received) < count and time.monotonic() - started < 90:
+        while len(received) < count and time.monotonic() - started < FAST_READER_LIMIT:
             try:
                 opcode, payload = reader.next()
             except socket.timeout:
                 break
+            if opcode == 0x9:
+                sock.sendall(frame(0xA, payload))
+                continue
             if opcode == 0x8:
                 error = f"closed by the server ({payload[:2].hex()})"
                 break
@@ -544,12 +568,12 @@ def memory(args, checks: Checks) -> None:
     for thread in publishers:
         thread.start()
     peak = rss_before
-    while any(t.is_alive() for t in publishers) and time.monotonic() - started < 180:
+    while any(t.is_alive() for t in publishers) and time.monotonic() - started < FAST_READER_LIMIT:
         peak = max(peak, server.rss())
         time.sleep(0.2)
     published_in = time.monotonic() - started
-    for client in fast:  # each stops once it has every message, or after 90 s
-        client.join(100)
+    for client in fast:  # each stops once it has every message, or nothing came for 10 s
+        client.join(FAST_READER_LIMIT + 10)
     peak = max(peak, server.rss())
     after = server.stats()
     growth = (peak - rss_before) / 1e6
@@ -847,6 +871,279 @@ def protocol(args, checks: Checks) -> None:
     server.stop()
 
 
+# --- answers, refusals, and a PostgreSQL that stops answering ---------------------------------
+
+def parse_responses(data: bytes) -> list[tuple[int, dict, bytes]]:
+    """The complete HTTP/1.1 responses in `data`, in order: (status, headers (lowercase names), body).
+    Every response of feed-server has a Content-Length."""
+    responses = []
+    while b"\r\n\r\n" in data:
+        head, rest = data.split(b"\r\n\r\n", 1)
+        lines = head.decode(errors="replace").split("\r\n")
+        parts = lines[0].split(" ", 2)
+        if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
+            break
+        headers = {}
+        for line in lines[1:]:
+            name, _, value = line.partition(":")
+            headers[name.strip().lower()] = value.strip()
+        length = int(headers.get("content-length", "0") or "0")
+        if len(rest) < length:
+            break
+        responses.append((int(parts[1]), headers, rest[:length]))
+        data = rest[length:]
+    return responses
+
+
+def exchange(server: str, data: bytes, limit: float = 10) -> tuple[list[tuple[int, dict, bytes]], bytes, float | None]:
+    """Sends `data` in one write and reads until the server closes: (responses, raw bytes,
+    seconds until closed or None if still open after `limit`)."""
+    host, port = server.split(":")
+    with socket.create_connection((host, int(port))) as sock:
+        try:
+            sock.sendall(data)
+        except OSError:
+            pass
+        received, took = read_until_closed(sock, limit)
+    return parse_responses(received), received, took
+
+
+def describe(responses: list[tuple[int, dict, bytes]], raw: bytes, took: float | None) -> str:
+    shown = [f"{status} {one_line(body)[:50]!r}" for status, _, body in responses] or [f"no answer ({raw[:40]!r})" if raw else "0 bytes"]
+    return f"{' then '.join(shown)}, {'closed' if took is not None else 'still open'}"
+
+
+class TopicReader:
+    """A WebSocket client on one topic, on a thread: the bodies of the messages it gets."""
+
+    def __init__(self, server: str, topic: str) -> None:
+        self.bodies: list[str] = []
+        self.ready = threading.Event()
+        self.stop = threading.Event()
+        self.error = ""
+        self.thread = threading.Thread(target=self.run, args=(server, topic), daemon=True)
+        self.thread.start()
+        if not self.ready.wait(30):
+            raise RuntimeError(f"no ready frame on topic {topic} within 30 s")
+
+    def run(self, server: str, topic: str) -> None:
+        try:
+            with ws_connect(f"ws://{server}/feed?topic={topic}&policy=unbounded", open_timeout=15) as ws:
+                while not self.stop.is_set():
+                    try:
+                        message = json.loads(ws.recv(timeout=0.2))
+                    except TimeoutError:
+                        continue
+                    if message.get("type") == "ready":
+                        self.ready.set()
+                    elif message.get("type") == "message":
+                        self.bodies.append(message["body"])
+        except Exception as error:
+            self.error = f"{type(error).__name__}: {error}"
+        self.ready.set()
+
+    def wait_for(self, count: int, timeout: float) -> list[str]:
+        deadline = time.monotonic() + timeout
+        while len(self.bodies) < count and time.monotonic() < deadline and self.thread.is_alive():
+            time.sleep(0.05)
+        return list(self.bodies)
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(5)
+
+
+def answer_first(args, checks: Checks) -> None:
+    """Issue 36, 1: NIO's decoder hands the request on, then fails on the bytes after it; the
+    guard answered 400 at once and the handler's own answer, still awaiting PostgreSQL, was lost."""
+    server = Server(args, "answer-first")
+    run = uuid.uuid4().hex[:8]
+    topic = f"first-{run}"
+    reader = TopicReader(server.address, topic)
+    rounds = 10
+    problems = []
+    for i in range(rounds):
+        body = f"{run} {i}".encode()
+        data = (f"POST /publish?topic={topic} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n\r\n").encode() \
+            + body + b"HELLO\r\n\r\n"
+        responses, raw, took = exchange(server.address, data)
+        statuses = [status for status, _, _ in responses]
+        if statuses != [200, 400] or b"published" not in responses[0][2] or took is None:
+            problems.append(f"round {i}: {describe(responses, raw, took)}")
+    checks.check(f"POST /publish and bad bytes in one packet: its own 200 first, then 400, then closed ({rounds} times)",
+                 not problems, "; ".join(problems[:3]) + (f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""))
+    got = reader.wait_for(rounds, 10)
+    time.sleep(0.5)  # a duplicate would come right behind (nothing to wait on for a message that must not come)
+    got = list(reader.bodies)
+    expected = [f"{run} {i}" for i in range(rounds)]
+    checks.check(f"each of those {rounds} publishes reached a reader exactly once", sorted(got) == expected,
+                 f"the reader got {len(got)} ({len(set(got))} distinct) of {rounds}{'; ' + reader.error if reader.error else ''}")
+    reader.close()
+    for name, data, count in [
+        ("GET /stats and garbage in one packet: its 200 first, then 400", b"GET /stats HTTP/1.1\r\nHost: x\r\n\r\n\x00\x01garbage\r\n\r\n", 1),
+        ("two GET /stats and garbage in one packet: 200, 200, then 400",
+         b"GET /stats HTTP/1.1\r\nHost: x\r\n\r\n" * 2 + b"HELLO\r\n\r\n", 2),
+    ]:
+        responses, raw, took = exchange(server.address, data)
+        statuses = [status for status, _, _ in responses]
+        ok = statuses == [200] * count + [400] and took is not None
+        if ok:
+            try:
+                ok = all("subscribers" in json.loads(body) for _, _, body in responses[:count])
+            except ValueError:
+                ok = False
+        checks.check(name, ok, describe(responses, raw, took))
+    server.stop()
+
+
+def upgrade_request(path: str, method: str = "GET", version: str | None = "13", key: bool = True,
+                    upgrade: str = "websocket", connection: str = "Upgrade", extra: str = "") -> bytes:
+    lines = [f"{method} {path} HTTP/1.1", "Host: x", f"Upgrade: {upgrade}", f"Connection: {connection}"]
+    if key:
+        lines.append(f"Sec-WebSocket-Key: {base64.b64encode(os.urandom(16)).decode()}")
+    if version is not None:
+        lines.append(f"Sec-WebSocket-Version: {version}")
+    return ("\r\n".join(lines) + "\r\n" + extra + "\r\n").encode()
+
+
+def upgrade_refusals(args, checks: Checks) -> None:
+    """Issue 36, 7: refusals written by NIO's upgrader or hummingbird-websocket had no reason, or
+    no answer at all."""
+    server = Server(args, "upgrade-refusals")
+    cases = [
+        ("Sec-WebSocket-Version: 8", upgrade_request("/feed", version="8"), (426, 400), "13"),
+        ("no Sec-WebSocket-Key", upgrade_request("/feed", key=False), (400,), None),
+        ("Upgrade: websocket on /stats", upgrade_request("/stats"), (400, 404), None),
+        ("Upgrade: websocket by POST", upgrade_request("/feed", method="POST", extra="Content-Length: 0\r\n"), (400, 405), None),
+        ("Upgrade: h2c on /feed", upgrade_request("/feed", upgrade="h2c", connection="Upgrade, HTTP2-Settings", key=False,
+                                                  version=None, extra="HTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n"), (426, 400), None),
+        ("an unknown policy in an upgrade", upgrade_request("/feed?policy=sometimes"), (400,), None),
+        ("a capacity above the ceiling in an upgrade", upgrade_request("/feed?policy=bounded&capacity=1000000"), (400,), None),
+        ("a bad topic in an upgrade", upgrade_request("/feed?topic=Not%20A%20Topic"), (400,), None),
+    ]
+    for name, data, statuses, version in cases:
+        # Upgrade: h2c is ignored: served as HTTP/1.1, on a connection that stays open.
+        closes = "h2c" not in name
+        responses, raw, took = exchange(server.address, data, 5 if closes else 1)
+        ok = (len(responses) >= 1 and responses[0][0] in statuses and len(one_line(responses[0][2])) > 0
+              and "\n" not in one_line(responses[0][2]) and (took is not None or not closes))
+        if ok and version:
+            ok = responses[0][1].get("sec-websocket-version") == version
+        expected = " or ".join(map(str, statuses)) + (f" with Sec-WebSocket-Version: {version}" if version else "")
+        checks.check(f"{name}: {expected}, a one-line reason{', closed' if closes else ''}", ok,
+                     describe(responses, raw, took) + (f"; headers {responses[0][1]}" if responses and version else ""))
+    status, _ = try_request(server.address, "GET", "/stats")
+    checks.check("the server still answers after them", status == 200, f"/stats {status}")
+    server.stop()
+
+
+class FreezingRelay:
+    """A TCP relay between a server and PostgreSQL that can stop passing bytes while keeping every
+    socket open, and accepting new ones: to the server, PostgreSQL has stopped answering, as when
+    its processes are stopped (SIGSTOP) or the network is partitioned, which is not a refusal
+    (`pg-pause.sh stop` is one: the server sees its connections close)."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.target = (host, port)
+        self.frozen = threading.Event()
+        self.closed = threading.Event()
+        self.sockets: list[socket.socket] = []
+        self.held = 0  # chunks held back while frozen: a query the server is waiting on
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(64)
+        self.port = self.listener.getsockname()[1]
+        threading.Thread(target=self.accept, daemon=True).start()
+
+    def accept(self) -> None:
+        while not self.closed.is_set():
+            try:
+                client, _ = self.listener.accept()
+                upstream = socket.create_connection(self.target)
+            except OSError:
+                return
+            self.sockets += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self.pump, args=(a, b), daemon=True).start()
+
+    def pump(self, source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while chunk := source.recv(65536):
+                if self.frozen.is_set():
+                    self.held += 1
+                while self.frozen.is_set() and not self.closed.is_set():
+                    time.sleep(0.02)  # holds the bytes: nothing passes, nothing closes
+                sink.sendall(chunk)
+        except OSError:
+            pass
+        for sock in (source, sink):
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def url(self, postgres: str) -> str:
+        parts = urllib.parse.urlsplit(postgres)
+        user = parts.netloc.rsplit("@", 1)[0] + "@" if "@" in parts.netloc else ""
+        return parts._replace(netloc=f"{user}127.0.0.1:{self.port}").geturl()
+
+    def close(self) -> None:
+        self.closed.set()
+        self.frozen.clear()
+        for sock in [self.listener] + self.sockets:
+            try:
+                sock.close()
+            except OSError:
+                pass
+
+
+def hung_postgres(args, checks: Checks) -> None:
+    """Issue 36, 2: with PostgreSQL's processes stopped, SIGTERM waited for PostgreSQL (25 s;
+    still running at 60 s with a publish in flight): the barrier publish, the in-flight publish
+    and the LISTEN connection's calls were awaited without a bound."""
+    target = urllib.parse.urlsplit(args.postgres)
+    relay = FreezingRelay(target.hostname or "127.0.0.1", target.port or 5432)
+    server = Server(args, "hung-postgres", postgres=relay.url(args.postgres))
+    limit = args.shutdown_timeout
+    run = uuid.uuid4().hex[:8]
+    topic = f"hung-{run}"
+    reader = None
+    try:
+        reader = TopicReader(server.address, topic)  # its topic's LISTEN: the shutdown barrier goes out
+        status, _ = try_request(server.address, "POST", f"/publish?topic={topic}", f"{run} before".encode())
+        got = reader.wait_for(1, 10)
+        checks.check("through the relay, a publish reaches a reader (before PostgreSQL stops answering)",
+                     status == 200 and got == [f"{run} before"], f"publish {status}, the reader got {got}")
+        relay.frozen.set()
+        answer: dict = {}
+
+        def publish() -> None:
+            answer["status"] = try_request(server.address, "POST", f"/publish?topic={topic}", f"{run} in flight".encode(), 60)
+
+        in_flight = threading.Thread(target=publish, daemon=True)
+        in_flight.start()
+        deadline = time.monotonic() + 15
+        while relay.held == 0 and time.monotonic() < deadline:  # until its statement waits in the relay
+            time.sleep(0.02)
+        checks.check("the publish in flight reaches PostgreSQL (it waits in the relay)", relay.held > 0,
+                     "nothing came to the relay within 15 s")
+        exit_status, took = server.terminate(limit + 15)
+        in_flight.join(5)
+        print(f"  (exit status {exit_status} after {took:.2f} s; the publish in flight: {answer.get('status', ('none',))[0]})")
+        checks.check(f"SIGTERM while PostgreSQL does not answer, with a publish in flight: exit 0 within {limit:.0f} s",
+                     exit_status == 0 and took <= limit + 0.5,
+                     f"{'still running' if exit_status is None else 'exit status ' + str(exit_status)} after {took:.1f} s: {server.tail()}")
+        # An answer at all means it came before the exit: after it, the client sees the connection closed.
+        status, body = answer.get("status", ("no answer", b""))
+        checks.check("the publish in flight is answered 503 before the process exits", status == 503,
+                     f"{status} {one_line(body)[:80]!r}")
+    finally:
+        relay.close()
+        if reader:
+            reader.close()
+        server.stop()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--binary", required=True, help="feed-server to start")
@@ -859,6 +1156,7 @@ def main() -> int:
     parser.add_argument("--cycles", type=int, default=20000, help="leak: connections to open and close")
     parser.add_argument("--max-capacity", type=int, default=253, help="memory: the server's capacity ceiling")
     parser.add_argument("--shutdown-limit", type=float, default=12, help="shutdown: seconds to exit after SIGTERM")
+    parser.add_argument("--shutdown-timeout", type=float, default=10, help="hung-postgres: the server's --shutdown-timeout (its default)")
     parser.add_argument("--server-flags", default="", help="more flags for every server it starts, e.g. --batch-writes")
     parser.add_argument("--logs", default=None, help="directory for the servers' logs (default: a temporary one)")
     args = parser.parse_args()
@@ -882,7 +1180,8 @@ def main() -> int:
                 bad_publish(args, checks, race_server)
             else:
                 {"memory": memory, "leak": leak, "shutdown": shutdown, "limits": limits,
-                 "malformed": malformed, "protocol": protocol}[group](args, checks)
+                 "malformed": malformed, "protocol": protocol, "answer-first": answer_first,
+                 "upgrade-refusals": upgrade_refusals, "hung-postgres": hung_postgres}[group](args, checks)
         except Exception as error:  # one line, and the other groups still run
             checks.check(f"{group}: ran to the end", False, f"{type(error).__name__}: {error}")
         print(f"  ({group}: {time.monotonic() - started:.1f} s)", flush=True)

@@ -28,7 +28,10 @@
 #   - hardening_check.py: a hostile client (issue 26) against servers it starts
 #     itself: concurrent first publishes, bad bodies, 21 clients that never read,
 #     40,000 connections opened and closed, SIGTERM with a client that ignores
-#     the close, timeouts and the connection cap, malformed HTTP, RFC 6455 errors;
+#     the close, timeouts and the connection cap, malformed HTTP, RFC 6455 errors,
+#     a valid request and bad bytes in one packet (its own answer first), refused
+#     upgrades (each answered with its reason), SIGTERM while PostgreSQL does not
+#     answer; those last three against --batch-writes servers too;
 #   - seven deliberate faults that must be caught: a server that skips `gap`
 #     frames and the actor-channel hub, where one slow client holds everyone
 #     back (feed-load), a server that never evicts a stalled `.bounded`
@@ -214,6 +217,8 @@ HARDENING=(--binary "$SERVER" --postgres "$FEED_POSTGRES" --logs "$WORK/hardenin
 # ThreadSanitizer: RSS is not measured, so the volume that makes it meaningful is not needed.
 [[ $TSAN -eq 1 ]] && HARDENING+=(--tsan --messages 1000 --cycles 2000)
 run hardening 900 "$PY" clients/hardening_check.py "${HARDENING[@]}"
+run hardening-batch 300 "$PY" clients/hardening_check.py "${HARDENING[@]}" \
+    --only answer-first,upgrade-refusals,hung-postgres --server-flags=--batch-writes
 
 # A checker is only as good as the faults it catches: each of these must make its checker fail.
 # caught LOG SECONDS PATTERN CHECKER WHAT command...: the command must exit 1 with a line

@@ -112,16 +112,26 @@ public final class Barriers: Sendable {
 /// Every pool decision is made on the actor before any `await`, so
 /// re-entrancy cannot open more than `size` connections: a publish that finds
 /// no idle connection and no free slot waits for one (a connection handed
-/// over, or a slot freed), up to `waitLimit`. A connect that fails fails the
-/// publishes waiting behind it too (they would have dialled the same dead
-/// database). A statement that PostgreSQL refuses leaves its connection in
-/// the pool; a connection that broke is closed, and only that one.
+/// over, or a slot freed). A connect that fails fails the publishes waiting
+/// behind it too (they would have dialled the same dead database). A
+/// statement that PostgreSQL refuses leaves its connection in the pool; a
+/// connection that broke is closed, and only that one.
+///
+/// A publish ends within `timeout` (or its own `within`), whatever
+/// PostgreSQL does: waiting for a connection, connecting and the statement
+/// share that deadline. PostgresNIO's query cannot be cancelled and waits as
+/// long as a stopped or partitioned PostgreSQL does not answer, so at the
+/// deadline the connection is closed, which fails the query at once.
+/// ``shutdown()`` closes the connections of the publishes in flight the same way.
 public actor Publisher {
     private let target: PostgresTarget
     private let logger: Logger
     public nonisolated let size: Int
-    private let waitLimit: Duration
+    /// The deadline of one publish, from its call.
+    public nonisolated let timeout: Duration
     private var idle: [PostgresConnection] = []
+    /// Connections running a statement now: closed by ``shutdown()``.
+    private var busy: [ObjectIdentifier: PostgresConnection] = [:]
     /// Connections open or being opened: never more than `size`.
     private var open = 0
     private var waiters: [(id: Int, continuation: CheckedContinuation<Lease, Never>)] = []
@@ -137,10 +147,10 @@ public actor Publisher {
         case timedOut
     }
 
-    public init(target: PostgresTarget, size: Int = 4, waitLimit: Duration = .seconds(5), logger: Logger) {
+    public init(target: PostgresTarget, size: Int = 4, timeout: Duration = .seconds(5), logger: Logger) {
         self.target = target
         self.size = max(1, size)
-        self.waitLimit = waitLimit
+        self.timeout = timeout
         self.logger = logger
     }
 
@@ -152,23 +162,43 @@ public actor Publisher {
     }
 
     /// Returns once `pg_notify` has run. `channel` is a topic: validated by
-    /// the caller, and bound as a parameter anyway.
-    public func publish(_ payload: String, to channel: String = FeedTopic.default) async throws(Failure) {
-        let connection = try await acquire()
+    /// the caller, and bound as a parameter anyway. Throws `.unavailable`
+    /// once `limit` (default ``timeout``) has passed: the statement may still
+    /// have run (PostgreSQL did not say), as with any timeout.
+    public func publish(_ payload: String, to channel: String = FeedTopic.default,
+                        within limit: Duration? = nil) async throws(Failure) {
+        let limit = limit ?? timeout
+        let deadline = ContinuousClock.now + limit
+        let connection = try await acquire(until: deadline, limit: limit)
+        let key = ObjectIdentifier(connection)
+        busy[key] = connection
+        let logger = self.logger
+        let timer = Task {
+            guard (try? await Task.sleep(until: deadline, clock: .continuous)) != nil else { return }
+            logger.notice("publish: PostgreSQL did not answer within \(limit): closing that connection")
+            try? await connection.close()
+        }
+        defer { timer.cancel() }
         do {
             try await connection.query("SELECT pg_notify(\(channel), \(payload))", logger: logger)
+            timer.cancel()  // before the connection goes back to the pool
             release(connection, healthy: true)
         } catch let error as PSQLError where error.code == .server {
             // The server answered with an error: the connection itself is fine.
+            timer.cancel()
             release(connection, healthy: true)
             throw .rejected(error.serverInfo?[.message] ?? "refused by PostgreSQL")
         } catch {
             release(connection, healthy: false)
+            if closing { throw .unavailable("shutting down") }
+            if ContinuousClock.now >= deadline { throw .unavailable("PostgreSQL did not answer within \(limit)") }
             throw .unavailable(String(describing: error))
         }
     }
 
-    /// Closes every connection (after the server stopped); publishes fail from now on.
+    /// Closes every connection, those of the publishes in flight too (they
+    /// fail at once, 503: PostgreSQL may never answer them); publishes fail
+    /// from now on. Called again, it closes what is left.
     public func shutdown() async {
         closing = true
         for waiter in waiters { waiter.continuation.resume(returning: .failed("shutting down")) }
@@ -176,24 +206,31 @@ public actor Publisher {
         let idle = self.idle
         self.idle.removeAll()
         open -= idle.count
-        for connection in idle { try? await connection.close() }
+        // Each close is local (PostgresNIO closes the socket), so none waits for PostgreSQL.
+        for connection in idle + busy.values { try? await connection.close() }
     }
 
-    private func acquire() async throws(Failure) -> PostgresConnection {
+    private func acquire(until deadline: ContinuousClock.Instant, limit: Duration) async throws(Failure) -> PostgresConnection {
         while true {
             if closing { throw .unavailable("shutting down") }
             if let connection = idle.popLast() {
                 if connection.isClosed { discard(connection); continue }
                 return connection
             }
+            let left = deadline - ContinuousClock.now
+            guard left > .zero else { throw .unavailable("no database connection within \(limit)") }
             if open < size {
                 open += 1  // taken before the await: a re-entrant publish sees it
                 connectionID += 1
                 let id = connectionID
+                var configuration = target.configuration(applicationName: "feed-server-publish")
+                // The connect's own limit (2 s), or what is left of the deadline.
+                let leftNanoseconds = left.components.seconds * 1_000_000_000 + left.components.attoseconds / 1_000_000_000
+                configuration.options.connectTimeout = min(
+                    configuration.options.connectTimeout, .nanoseconds(max(1_000_000, leftNanoseconds)))
                 do {
                     let connection = try await PostgresConnection.connect(
-                        configuration: target.configuration(applicationName: "feed-server-publish"),
-                        id: id, logger: logger)
+                        configuration: configuration, id: id, logger: logger)
                     if closing {
                         open -= 1
                         try? await connection.close()
@@ -212,21 +249,20 @@ public actor Publisher {
                     throw .unavailable(reason)
                 }
             }
-            switch await wait() {
+            switch await wait(until: deadline) {
             case .connection(let connection): return connection
             case .dial: continue
             case .failed(let reason): throw .unavailable(reason)
-            case .timedOut: throw .unavailable("no database connection came free within \(waitLimit)")
+            case .timedOut: throw .unavailable("no database connection came free within \(limit)")
             }
         }
     }
 
-    private func wait() async -> Lease {
+    private func wait(until deadline: ContinuousClock.Instant) async -> Lease {
         nextWaiter += 1
         let id = nextWaiter
-        let limit = waitLimit
         let timer = Task { [weak self] in
-            guard (try? await Task.sleep(for: limit)) != nil else { return }
+            guard (try? await Task.sleep(until: deadline, clock: .continuous)) != nil else { return }
             await self?.expire(id)
         }
         defer { timer.cancel() }
@@ -241,6 +277,7 @@ public actor Publisher {
     }
 
     private func release(_ connection: PostgresConnection, healthy: Bool) {
+        busy[ObjectIdentifier(connection)] = nil
         guard healthy, !connection.isClosed, !closing else {
             discard(connection)
             return

@@ -67,6 +67,15 @@ public final class TopicListener: Sendable {
         await connection.closed()
     }
 
+    /// For a shutdown that cannot wait any longer: closes the LISTEN
+    /// connection and opens no other. PostgresNIO's LISTEN cannot be
+    /// cancelled and waits as long as a stopped or partitioned PostgreSQL
+    /// does not answer; the close (local) fails it at once, so every topic's
+    /// loop can end. Loops not yet cancelled see an outage that does not end.
+    public func abort() async {
+        await connection.abort()
+    }
+
     /// LISTENs on `topic` until the task is cancelled; `deliver` gets each
     /// event in order, one at a time. `onListening` runs each time LISTEN
     /// succeeds: first, and again after an outage.
@@ -147,6 +156,8 @@ actor SharedConnection {
     /// Closes in flight: shutdown waits for them.
     private var closing: [Int: Task<Void, Never>] = [:]
     private var nextClose = 0
+    /// Set by ``abort()``: no connection is handed out any more.
+    private var aborted = false
 
     init(target: PostgresTarget, logger: Logger) {
         self.target = target
@@ -174,6 +185,7 @@ actor SharedConnection {
     }
 
     private func connection() async throws -> PostgresConnection {
+        if aborted { throw CancellationError() }
         if let current {
             if !current.isClosed { return current }
             self.current = nil
@@ -193,9 +205,21 @@ actor SharedConnection {
         let result = await task.result
         connecting = nil
         let connection = try result.get()
+        if aborted {  // aborted during the connect
+            close(connection)
+            throw CancellationError()
+        }
         current = connection
         closeIfUnused()  // every loop that wanted it may have been cancelled meanwhile
         return connection
+    }
+
+    func abort() {
+        aborted = true
+        if let current {
+            self.current = nil
+            close(current)
+        }
     }
 
     private func closeIfUnused() {

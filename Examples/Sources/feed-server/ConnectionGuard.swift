@@ -20,6 +20,14 @@ struct HTTPLimits: Sendable {
     var lingerTimeout: TimeAmount = .seconds(2)
 }
 
+/// A request the ``ConnectionGuard`` answers itself, then closes: its
+/// status, the reason (one line, the body) and any more headers.
+struct Refusal: Sendable {
+    var status: HTTPResponseStatus
+    var reason: String
+    var headers: [(String, String)] = []
+}
+
 /// Every open TCP connection of the server, counted at accept, so that
 /// connections over `--max-connections` are answered 503, and so that a
 /// shutdown can close those that do not close themselves.
@@ -119,6 +127,8 @@ struct GuardedChannel: ServerChildChannel {
     let limits: HTTPLimits
     let registry: ConnectionRegistry
     let sendBufferBytes: Int
+    /// Whether a request that asks for a WebSocket is refused, and how (``UpgradeCheck``).
+    let checkUpgrade: @Sendable (HTTPRequestHead) -> Refusal?
 
     func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Value> {
         let (admission, ended) = registry.open(channel)
@@ -138,9 +148,11 @@ struct GuardedChannel: ServerChildChannel {
         }
         let limits = self.limits
         let maximum = registry.maximum
+        let checkUpgrade = self.checkUpgrade
         return inner.setup(channel: channel, logger: logger).flatMapThrowing { value in
             let refusal = admission == .accepted ? nil : "too many connections: this server takes at most \(maximum) (--max-connections)"
-            let guardHandler = ConnectionGuard(limits: limits, refusal: refusal, ended: ended, logger: logger)
+            let guardHandler = ConnectionGuard(limits: limits, refusal: refusal, ended: ended, logger: logger,
+                                               checkUpgrade: checkUpgrade)
             let upgrade = try channel.pipeline.syncOperations.handler(type: UpgradeHandler.self)
             try channel.pipeline.syncOperations.addHandler(guardHandler, position: .before(upgrade))
             try channel.pipeline.syncOperations.addHandler(MaskedFramesOnly(), position: .first)
@@ -176,9 +188,20 @@ struct GuardedChannel: ServerChildChannel {
 /// - Over the connection limit: 503 with the reason at once, then close.
 /// - A response with `Connection: close` closes the connection once written
 ///   (after a short linger), so a refused oversized body is not read to its end.
-/// - A request to upgrade: the handler leaves the pipeline, before NIO's
-///   upgrade handler removes the HTTP decoder (which forwards raw bytes past
-///   this point).
+/// - A request to upgrade to a WebSocket is checked first (``UpgradeCheck``):
+///   NIO's upgrader and hummingbird-websocket answer the refusals they make
+///   with an empty 400, or not at all. A refused one gets its status and
+///   reason here; one that passes makes the handler leave the pipeline,
+///   before NIO's upgrade handler removes the HTTP decoder (which forwards
+///   raw bytes past this point). Any other `Upgrade` (`h2c`) is taken off the
+///   request, which is then served as HTTP/1.1 (RFC 9110 §7.8 lets a server
+///   ignore it): NIO's upgrade handler, finding no upgrader for it, left the
+///   connection without an answer.
+/// - A refusal (a parse error, a refused upgrade) that comes while a request
+///   read in full is still being handled waits for that request's answer:
+///   the request ran (a publish reached PostgreSQL), so its client must get
+///   its answer, then the refusal, then the close. Nothing read after the
+///   refusal is passed on.
 final class ConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
     typealias InboundIn = HTTPServerRequestPart
     typealias InboundOut = HTTPServerRequestPart
@@ -189,23 +212,31 @@ final class ConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
     let refusal: String?
     let ended: GuardEnded
     let logger: Logger
+    let checkUpgrade: @Sendable (HTTPRequestHead) -> Refusal?
     private var started = false
     /// Between a request's head and its end.
     private var reading = false
     /// Requests whose response has not ended yet.
     private var unanswered = 0
+    /// Requests read to their end (passed on whole: their handler runs).
+    private var completed = 0
     /// A response's head is written and its end not yet.
     private var responding = false
+    /// Responses ended.
     private var served = 0
     private var closeAfterResponse = false
     private var closing = false
+    /// A refusal that waits for the answers of the requests before it.
+    private var deferred: Refusal?
     private var timer: Scheduled<Void>?
 
-    init(limits: HTTPLimits, refusal: String?, ended: GuardEnded, logger: Logger) {
+    init(limits: HTTPLimits, refusal: String?, ended: GuardEnded, logger: Logger,
+         checkUpgrade: @escaping @Sendable (HTTPRequestHead) -> Refusal? = { _ in nil }) {
         self.limits = limits
         self.refusal = refusal
         self.ended = ended
         self.logger = logger
+        self.checkUpgrade = checkUpgrade
     }
 
     func handlerAdded(context: ChannelHandlerContext) {
@@ -241,14 +272,20 @@ final class ConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        if closing || refusal != nil { return }  // answered already: what follows is discarded
+        // Answered or refused already: what follows is discarded.
+        if closing || refusal != nil || deferred != nil { return }
         let part = unwrapInboundIn(data)
         switch part {
-        case .head(let head):
+        case .head(var head):
             reading = true
             unanswered += 1
             cancelTimer()
-            if head.headers[canonicalForm: "upgrade"].contains(where: { $0.lowercased() == "websocket" }) {
+            let upgrades = head.headers[canonicalForm: "upgrade"]
+            if upgrades.contains(where: { $0.lowercased() == "websocket" }) {
+                if let refused = checkUpgrade(head) {
+                    refuse(context: context, refused)
+                    return
+                }
                 // NIO's upgrade handler takes it from here: it removes the
                 // decoder, and raw bytes (not request parts) then flow past this point.
                 context.fireChannelRead(data)
@@ -259,10 +296,22 @@ final class ConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
                 self.respondAndClose(context: context, status: .requestTimeout,
                                      reason: "request body not received within \(Self.seconds(self.limits.bodyTimeout)) s")
             }
+            if !upgrades.isEmpty {  // another protocol (h2c): served as HTTP/1.1
+                head.headers.remove(name: "upgrade")
+                head.headers.remove(name: "http2-settings")
+                let connection = head.headers[canonicalForm: "connection"].filter {
+                    !["upgrade", "http2-settings"].contains($0.lowercased())
+                }
+                head.headers.remove(name: "connection")
+                if !connection.isEmpty { head.headers.add(name: "Connection", value: connection.joined(separator: ", ")) }
+                context.fireChannelRead(wrapInboundOut(.head(head)))
+                return
+            }
         case .body:
             break
         case .end:
             reading = false
+            completed += 1
             cancelTimer()
         }
         context.fireChannelRead(data)
@@ -274,7 +323,24 @@ final class ConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
             return
         }
         // Not passed on: the connection ends here, with an answer.
-        respondAndClose(context: context, status: .badRequest, reason: "malformed HTTP request: \(parseError)")
+        refuse(context: context, Refusal(status: .badRequest, reason: "malformed HTTP request: \(parseError)"))
+    }
+
+    /// Answers `refusal` and closes: at once, or, while a request read in
+    /// full (or a response under way) has not had its answer, right after
+    /// that answer. The handler of such a request is never cut short: each
+    /// of the server's handlers ends within its own limits (a publish within
+    /// `--publish-timeout`), and a shutdown closes the connection anyway.
+    private func refuse(context: ChannelHandlerContext, _ refusal: Refusal) {
+        guard !closing, deferred == nil else { return }
+        ended.value.store(true, ordering: .relaxed)
+        if completed > served || responding {
+            logger.debug("refusing after the answer in progress: \(refusal.status.code) \(refusal.reason)")
+            deferred = refusal
+            cancelTimer()
+            return
+        }
+        respondAndClose(context: context, status: refusal.status, reason: refusal.reason, extra: refusal.headers)
     }
 
     func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
@@ -295,6 +361,13 @@ final class ConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
             if closeAfterResponse {
                 context.writeAndFlush(data, promise: promise)
                 linger(context: context)
+            } else if let refusal = deferred, completed <= served {
+                // The last request that ran has its answer: the refusal follows it.
+                context.write(data, promise: promise)
+                deferred = nil
+                respondAndClose(context: context, status: refusal.status, reason: refusal.reason, extra: refusal.headers)
+            } else if deferred != nil {
+                context.write(data, promise: promise)
             } else {
                 context.write(data, promise: promise)
                 if !reading && unanswered == 0 && !closing {

@@ -52,6 +52,8 @@ struct FeedServer: AsyncParsableCommand {
     var bodyTimeout: Double = 10
     @Option(help: "Database connections for POST /publish (a bounded pool).")
     var publishConnections: Int = 4
+    @Option(help: "Seconds a POST /publish may take, waiting for a connection and for PostgreSQL included: 503 past it.")
+    var publishTimeout: Double = 5
     @Option(help: "Seconds from SIGTERM to exit, whatever the clients do.")
     var shutdownTimeout: Double = 10
     @Option(help: "Messages kept per topic for clients that reconnect with since= (0: no history).")
@@ -79,7 +81,8 @@ struct FeedServer: AsyncParsableCommand {
         if let maxCapacity, !(1...ceiling).contains(maxCapacity) {
             throw ValidationError("--max-capacity must be 1...\(ceiling): --queue-bytes \(queueBytes) / \(FeedMessage.largestBytes) bytes, the largest message")
         }
-        for (name, value) in [("--header-timeout", headerTimeout), ("--body-timeout", bodyTimeout), ("--shutdown-timeout", shutdownTimeout)]
+        for (name, value) in [("--header-timeout", headerTimeout), ("--body-timeout", bodyTimeout), ("--shutdown-timeout", shutdownTimeout),
+                              ("--publish-timeout", publishTimeout)]
         where !(value > 0 && value <= 3600) {
             throw ValidationError("\(name) must be above 0 and at most 3600 seconds")
         }
@@ -112,6 +115,7 @@ struct FeedServer: AsyncParsableCommand {
         }
         settings.metrics = registry
         settings.batchWrites = batchWrites
+        settings.publishTimeout = .nanoseconds(Int64(publishTimeout * 1e9))
         logger.info("history: \(history.isEnabled ? "\(history.messages) messages or \(historySeconds) s per topic" : "off")")
         let listener = TopicListener(target: target, logger: logger, history: history)
         // After the bootstrap, so the metrics are Prometheus'.

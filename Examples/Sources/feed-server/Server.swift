@@ -1,4 +1,6 @@
+import Dispatch
 import FeedKit
+import Foundation
 import Hummingbird
 import HummingbirdCore
 import HummingbirdWebSocket
@@ -19,6 +21,8 @@ struct ServerSettings: Sendable {
     var http: HTTPLimits
     var maxConnections: Int
     var publishConnections: Int
+    /// `--publish-timeout`: a `POST /publish` is answered within it (503 past it).
+    var publishTimeout: Duration = .seconds(5)
     var shutdownTimeout: Duration
     /// The registry the process bootstrapped swift-metrics with; nil: `--no-metrics` (no `/metrics`).
     var metrics: PrometheusCollectorRegistry?
@@ -97,7 +101,8 @@ func feedQuery(_ request: Request, maximumCapacity: Int) throws -> FeedQuery {
 
 func serve<Hub: FeedHub>(hub: Hub, stats: ServerStats, _ settings: ServerSettings) async throws {
     let logger = settings.logger
-    let publisher = Publisher(target: settings.target, size: settings.publishConnections, logger: logger)
+    let publisher = Publisher(target: settings.target, size: settings.publishConnections,
+                              timeout: settings.publishTimeout, logger: logger)
     let live = LiveConnections()
     let connection = FeedConnection(hub: hub, stats: stats, limits: settings.feed, live: live)
     let registry = ConnectionRegistry(maximum: settings.maxConnections)
@@ -160,9 +165,9 @@ func serve<Hub: FeedHub>(hub: Hub, stats: ServerStats, _ settings: ServerSetting
     }
     // Bad input is refused here, before the upgrade, so the server never
     // reaches the library's trap for `.bounded(0)`. A plain GET gets the
-    // 400 with its reason; a refused upgrade gets an empty 400 with
-    // `Connection: close` (hummingbird-websocket 2.8.1 writes failed upgrades
-    // itself, without the thrown error's body).
+    // 400 with its reason; an upgrade request was refused with its reason
+    // already by the connection guard (`checkUpgrade` below), as
+    // hummingbird-websocket 2.8.1 writes a refusal from here as an empty 400.
     router.ws("/feed") { request, _ in
         _ = try feedQuery(request, maximumCapacity: maximumCapacity)
         // A plain GET would otherwise fill the handler box of a connection that never upgrades.
@@ -186,7 +191,16 @@ func serve<Hub: FeedHub>(hub: Hub, stats: ServerStats, _ settings: ServerSetting
             inner: HTTP1WebSocketUpgradeChannel(
                 responder: responder, webSocketResponder: webSocketResponder,
                 configuration: .init(http1: .init(), ws: wsConfiguration)),
-            limits: http, registry: registry, sendBufferBytes: sendBufferBytes)
+            limits: http, registry: registry, sendBufferBytes: sendBufferBytes,
+            checkUpgrade: { head in
+                // What the /feed route checks, answered with its reason (NIO's upgrader would not).
+                UpgradeCheck.refusal(head, path: "/feed") { parameters in
+                    do throws(BadFeedQuery) {
+                        _ = try FeedQuery(parameters: parameters, maximumCapacity: maximumCapacity)
+                    } catch { return error.reason }
+                    return nil
+                }
+            })
     }
     let app = Application(
         router: router,
@@ -215,15 +229,22 @@ func serve<Hub: FeedHub>(hub: Hub, stats: ServerStats, _ settings: ServerSetting
 
 /// What SIGTERM does before Hummingbird closes the connections, and the bound on all of it.
 ///
-/// 1. A timer: `timeout - 2 s` after SIGTERM (at least 1 s), every connection
-///    still open is closed, whatever its client does (one that neither reads
-///    nor answers the close frame would otherwise hold the process forever).
+/// 1. A timer: `timeout - 2 s` after SIGTERM (at least 1 s, at most the
+///    timeout), PostgreSQL's part ends (the publishes in flight fail with 503,
+///    the LISTEN connection is closed) and every connection still open is
+///    closed, whatever its client does (one that neither reads nor answers
+///    the close frame would otherwise hold the process forever). PostgreSQL
+///    calls cannot be cancelled, and a stopped or partitioned PostgreSQL never
+///    answers them: closing their connections (a local act) is what ends them.
+///    Every later step is then local.
 /// 2. A barrier NOTIFY through the publisher, awaited on the LISTEN: every
 ///    publish answered 200 before SIGTERM is then in the hub.
-/// 3. Up to a third of the timeout for every connection to write those
-///    messages (a connection whose socket is full, or that has nothing left,
-///    is not waited for).
+/// 3. Up to a third of the timeout for steps 2 and 3: every connection writes
+///    those messages (a connection whose socket is full, or that has nothing
+///    left, is not waited for).
 /// Then Hummingbird's graceful shutdown sends each WebSocket a close frame.
+/// Last, should any step still run at the timeout, the process exits there
+/// (status 1, logged): the timeout holds whatever was missed.
 struct ShutdownDrain<Hub: FeedHub>: Service {
     let hub: Hub
     let publisher: Publisher
@@ -237,11 +258,22 @@ struct ShutdownDrain<Hub: FeedHub>: Service {
         let started = ContinuousClock.now
         let registry = self.registry
         let logger = self.logger
-        let forceAfter = max(.seconds(1), timeout - .seconds(2))
+        let forceAfter = min(timeout, max(.seconds(1), timeout - .seconds(2)))
+        let publisher = self.publisher
+        let listener = hub.listener
         Task.detached {
             try? await Task.sleep(for: forceAfter)
+            await publisher.shutdown()  // first, so that a publish in flight is answered 503 if it can be
+            await listener.abort()
             let closed = registry.closeAll()
             if closed > 0 { logger.notice("shutdown: closed \(closed) connection(s) still open after \(forceAfter)") }
+        }
+        let timeout = self.timeout
+        // On a thread of its own: it must fire even if something holds every task.
+        DispatchQueue.global().asyncAfter(deadline: .now() + .nanoseconds(Int(timeout.components.seconds * 1_000_000_000
+                                                                                + timeout.components.attoseconds / 1_000_000_000))) {
+            logger.error("shutdown: still running at the shutdown timeout (\(timeout)): exiting now")
+            exit(1)
         }
         let drainLimit = timeout / 3
         // One barrier on any LISTENed topic covers them all: the one LISTEN
@@ -249,9 +281,10 @@ struct ShutdownDrain<Hub: FeedHub>: Service {
         let barriers = hub.listener.barriers
         if let topic = hub.listener.anyListeningTopic {
             let (payload, arrived) = barriers.make()
-            let publisher = self.publisher
+            // `within` waits for its body to end: the publish ends by its own
+            // deadline, the wait for the barrier at its cancellation.
             let came = await within(drainLimit) {
-                do { try await publisher.publish(payload, to: topic) } catch { return false }
+                do { try await publisher.publish(payload, to: topic, within: drainLimit) } catch { return false }
                 return (try? await arrived.value) != nil
             }
             barriers.forget(payload)
