@@ -14,6 +14,8 @@ public struct PostgresTarget: Sendable {
     public var user: String
     public var password: String?
     public var database: String
+    /// The channels of this server's topics there (`--channel-prefix`).
+    public var namespace = ChannelNamespace.default
 
     public init(url: String) throws(BadFeedQuery) {
         guard url.hasPrefix("postgres://") || url.hasPrefix("postgresql://") else {
@@ -156,7 +158,8 @@ public actor Publisher {
     public func publish(_ payload: String, to channel: String = FeedTopic.default) async throws(Failure) {
         let connection = try await acquire()
         do {
-            try await connection.query("SELECT pg_notify(\(channel), \(payload))", logger: logger)
+            // The topic's channel in this server's namespace, never the client's name itself.
+            try await connection.query("SELECT pg_notify(\(target.namespace.channel(for: channel)), \(payload))", logger: logger)
             release(connection, healthy: true)
         } catch let error as PSQLError where error.code == .server {
             // The server answered with an error: the connection itself is fine.
