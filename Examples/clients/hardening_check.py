@@ -39,6 +39,8 @@ Checks, by group (--only GROUP,...):
                 Transfer-Encoding and an HTTP/2 preface: each gets 400 and is closed;
   protocol      HEAD / is 200; a continuation frame without a start is closed with 1002 and a
                 text frame of invalid UTF-8 with 1007; an unmasked client frame with 1002.
+  history-cap, namespace, topic-cap, stalled-recovery: the process-wide limits, in
+                process_limits.py (its docstring says what each checks).
 
 With --tsan (a ThreadSanitizer build) the RSS limits are not checked (its shadow memory and
 allocator make RSS meaningless), everything else is.
@@ -71,6 +73,7 @@ import uuid
 from websockets.sync.client import connect as ws_connect
 
 from checks import Checks
+import process_limits
 
 MAX_CONNECTIONS = 100
 HEADER_TIMEOUT = 2.0
@@ -80,6 +83,7 @@ FILE_LIMIT = 256
 LIMIT_FLAGS = ["--max-connections", str(MAX_CONNECTIONS), "--header-timeout", str(HEADER_TIMEOUT),
                "--body-timeout", str(BODY_TIMEOUT), "--publish-connections", str(POOL)]
 GROUPS = ["publish-race", "bad-publish", "memory", "leak", "shutdown", "limits", "malformed", "protocol"]
+GROUPS += list(process_limits.GROUPS)
 
 
 def die_with_parent() -> None:
@@ -880,6 +884,8 @@ def main() -> int:
                 race_server = publish_race(args, checks)
             elif group == "bad-publish":
                 bad_publish(args, checks, race_server)
+            elif group in process_limits.GROUPS:
+                process_limits.GROUPS[group](args, checks, sys.modules[__name__])
             else:
                 {"memory": memory, "leak": leak, "shutdown": shutdown, "limits": limits,
                  "malformed": malformed, "protocol": protocol}[group](args, checks)

@@ -29,6 +29,9 @@
 #     itself: concurrent first publishes, bad bodies, 21 clients that never read,
 #     40,000 connections opened and closed, SIGTERM with a client that ignores
 #     the close, timeouts and the connection cap, malformed HTTP, RFC 6455 errors;
+#     then the process-wide limits (issue 36: the history cap, the channel
+#     namespace, the topic cap, stalled recovering clients), and those again
+#     against --batch-writes servers;
 #   - seven deliberate faults that must be caught: a server that skips `gap`
 #     frames and the actor-channel hub, where one slow client holds everyone
 #     back (feed-load), a server that never evicts a stalled `.bounded`
@@ -214,6 +217,8 @@ HARDENING=(--binary "$SERVER" --postgres "$FEED_POSTGRES" --logs "$WORK/hardenin
 # ThreadSanitizer: RSS is not measured, so the volume that makes it meaningful is not needed.
 [[ $TSAN -eq 1 ]] && HARDENING+=(--tsan --messages 1000 --cycles 2000)
 run hardening 900 "$PY" clients/hardening_check.py "${HARDENING[@]}"
+run hardening-batch 300 "$PY" clients/hardening_check.py "${HARDENING[@]}" --server-flags=--batch-writes \
+    --only history-cap,namespace,topic-cap,stalled-recovery
 
 # A checker is only as good as the faults it catches: each of these must make its checker fail.
 # caught LOG SECONDS PATTERN CHECKER WHAT command...: the command must exit 1 with a line
