@@ -105,7 +105,7 @@ public struct FeedConnection<Hub: FeedHub>: Sendable {
         let hub = self.hub
         let stats = self.stats
         let limits = self.limits
-        let writer = await FrameSink(channel: channel, outbound: outbound, socket: socket, logger: logger)
+        let writer = await FrameSink(channel: channel, outbound: outbound, socket: socket, progress: progress, logger: logger)
         // `ready` is the connection's first frame: the other writers wait for it.
         let readySent = BroadcastPromise<Void, Never>()
         let end = await withTaskGroup(of: End.self) { group in
@@ -346,10 +346,15 @@ struct FrameSink: Sendable {
     var batch: FeedFrameWriter?
     let outbound: WebSocketOutboundWriter
     let socket: (any Channel)?
+    /// Told of each frame taken on the frame-by-frame path, so that a long
+    /// batch to a client that reads slowly is not taken for a stalled one.
+    let progress: ConnectionProgress?
 
-    init(channel: (any Channel)?, outbound: WebSocketOutboundWriter, socket: (any Channel)? = nil, logger: Logger) async {
+    init(channel: (any Channel)?, outbound: WebSocketOutboundWriter, socket: (any Channel)? = nil,
+         progress: ConnectionProgress? = nil, logger: Logger) async {
         self.outbound = outbound
         self.socket = socket
+        self.progress = progress
         guard let channel else {
             batch = nil
             return
@@ -401,7 +406,10 @@ struct FrameSink: Sendable {
             try await batch!.write(frames)
             return 1
         }
-        for frame in frames { try await outbound.write(.custom(WebSocketFrame(fin: true, opcode: .text, data: frame))) }
+        for frame in frames {
+            try await outbound.write(.custom(WebSocketFrame(fin: true, opcode: .text, data: frame)))
+            progress?.writing()  // the write goes on, and the client takes it
+        }
         return frames.count
     }
 }
