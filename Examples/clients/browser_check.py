@@ -14,6 +14,12 @@ name in #topic is refused on the page (#topic-error), switching to `room-1` reco
 (#current-topic, #status `ready`, feed's messages gone); a message POSTed to room-1 shows, one
 POSTed to `feed` does not (proved by a later room-1 message showing without it), one
 typed on the page goes to room-1; and the page opened as `/?topic=room-2` is on room-2.
+Then reconnects, on a topic of its own: the page's socket is closed under it while two
+messages are published; the page reconnects with `since` and `epoch`, shows both, in order,
+and #status `recovered` (#recovery names them); then the browser is offline (DevTools'
+Network.emulateNetworkConditions) for 6.5 s, so that the page's topic ends on the server (5 s without a
+client) and starts again with another epoch: the page comes back with `resync` and the
+reason in #recovery, and shows the next message.
 
 Prints `PASS name` or `FAIL name: reason` per check and `N passed, N failed` last;
 exits 1 if any check failed. Uses /usr/bin/chromium and /usr/bin/chromedriver
@@ -180,6 +186,7 @@ def run(args: argparse.Namespace, checks: Checks) -> None:
             print(f"info: screenshot {path}", flush=True)
 
         check_topics(driver, args, checks, left, expected)
+        check_reconnect(driver, args, checks, left)
     finally:
         try:
             driver.quit()
@@ -279,6 +286,67 @@ def check_topics(driver: webdriver.Chrome, args: argparse.Namespace, checks: Che
     except TimeoutException:
         checks.check("topic-from-url", False, f"{url}: #current-topic {text_of(driver, 'current-topic')!r}, "
                      f"#status {text_of(driver, 'status')!r}")
+
+
+def check_reconnect(driver: webdriver.Chrome, args: argparse.Namespace, checks: Checks, left) -> None:
+    run_id = uuid.uuid4().hex[:6]
+    topic = f"recon-{run_id}"
+    path = f"/publish?topic={topic}"
+    driver.get(f"http://{args.server}/?topic={topic}")
+
+    def wait(condition, seconds: float) -> bool:
+        try:
+            WebDriverWait(driver, min(left(), seconds)).until(lambda d: condition())
+            return True
+        except TimeoutException:
+            return False
+
+    def shown(text: str) -> bool:
+        return any(text in item for item in message_texts(driver))
+
+    def state() -> str:
+        return (f"#status {text_of(driver, 'status')!r}, #recovery "
+                f"{text_of(driver, 'recovery') if driver.find_elements(By.ID, 'recovery') else 'missing'!r}")
+
+    first = f"before the drop ({run_id})"
+    if not wait(lambda: text_of(driver, "status") == "ready", 15) or post_publish(args.server, first, 10, path) != 200 \
+            or not wait(lambda: shown(first), 15):
+        checks.check("reconnect: the page on its own topic", False, f"{first!r} not shown; {state()}")
+        return
+    # The connection drops (closed under the page, which reconnects on its own after about 0.5 s);
+    # meanwhile two messages are published, which only a reconnect with since can bring.
+    driver.execute_script("socket.close();")
+    missed = [f"missed {i} ({run_id})" for i in (1, 2)]
+    statuses = [post_publish(args.server, text, 10, path) for text in missed]
+    ok = wait(lambda: text_of(driver, "status") == "recovered" and all(shown(t) for t in missed), 15)
+    items = message_texts(driver)
+    positions = [next((i for i, item in enumerate(items) if t in item), None) for t in list(reversed(missed)) + [first]]
+    in_order = None not in positions and positions == sorted(positions)
+    recovery = text_of(driver, "recovery") if driver.find_elements(By.ID, "recovery") else ""
+    checks.check("reconnect-recovered: after a dropped connection the page comes back with since and epoch, "
+                 "shows the 2 messages it missed, in order, and `recovered`",
+                 statuses == [200, 200] and ok and in_order and "recovered 2" in recovery,
+                 f"publishes {statuses}; {state()}; shown {[t for t in missed if shown(t)]}; positions {positions}")
+    # Away for longer than the topic lives without a client: it restarts with another epoch.
+    try:
+        network = {"latency": 0, "downloadThroughput": -1, "uploadThroughput": -1}
+        driver.execute_cdp_cmd("Network.enable", {})
+        driver.execute_cdp_cmd("Network.emulateNetworkConditions", {"offline": True, **network})
+        driver.execute_script("socket.close();")
+        time.sleep(6.5)
+        driver.execute_cdp_cmd("Network.emulateNetworkConditions", {"offline": False, **network})
+    except WebDriverException as error:
+        checks.check("reconnect-resync: DevTools' request blocking", False, error.msg)
+        return
+    # The page's backoff grows while blocked (0.5, 1, 2, 4, 8 s): the next try is within 10 s.
+    ok = wait(lambda: text_of(driver, "status") == "resync", 20)
+    recovery = text_of(driver, "recovery") if driver.find_elements(By.ID, "recovery") else ""
+    checks.check("reconnect-resync: a page that comes back to a topic that restarted shows `resync` and the reason",
+                 ok and recovery.startswith("resync:") and "epoch" in recovery, state())
+    after = f"after the resync ({run_id})"
+    status = post_publish(args.server, after, 10, path)
+    checks.check("reconnect-resync: the page goes on with the next message", status == 200 and wait(lambda: shown(after), 15),
+                 f"publish {status}; {after!r} not shown; {state()}")
 
 
 def main() -> int:

@@ -49,7 +49,9 @@ Checks, by group (--only GROUP,...):
                 and PostgreSQL stops passing bytes and keeps its sockets open, as a SIGSTOPped
                 PostgreSQL or a partition does) with a reader on a topic (so the shutdown barrier
                 goes out) and a publish in flight: the publish is answered 503, and the process
-                exits 0 within --shutdown-timeout (10 s).
+                exits 0 within --shutdown-timeout (10 s);
+  history-cap, namespace, topic-cap, stalled-recovery: the process-wide limits, in
+                process_limits.py (its docstring says what each checks).
 
 With --tsan (a ThreadSanitizer build) the RSS limits are not checked (its shadow memory and
 allocator make RSS meaningless), everything else is.
@@ -83,6 +85,7 @@ import uuid
 from websockets.sync.client import connect as ws_connect
 
 from checks import Checks
+import process_limits
 
 MAX_CONNECTIONS = 100
 HEADER_TIMEOUT = 2.0
@@ -96,6 +99,7 @@ LIMIT_FLAGS = ["--max-connections", str(MAX_CONNECTIONS), "--header-timeout", st
                "--body-timeout", str(BODY_TIMEOUT), "--publish-connections", str(POOL)]
 GROUPS = ["publish-race", "bad-publish", "memory", "leak", "shutdown", "limits", "malformed", "protocol",
           "answer-first", "upgrade-refusals", "hung-postgres"]
+GROUPS += list(process_limits.GROUPS)
 
 
 def die_with_parent() -> None:
@@ -1178,6 +1182,8 @@ def main() -> int:
                 race_server = publish_race(args, checks)
             elif group == "bad-publish":
                 bad_publish(args, checks, race_server)
+            elif group in process_limits.GROUPS:
+                process_limits.GROUPS[group](args, checks, sys.modules[__name__])
             else:
                 {"memory": memory, "leak": leak, "shutdown": shutdown, "limits": limits,
                  "malformed": malformed, "protocol": protocol, "answer-first": answer_first,

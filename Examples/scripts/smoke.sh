@@ -31,7 +31,9 @@
 #     the close, timeouts and the connection cap, malformed HTTP, RFC 6455 errors,
 #     a valid request and bad bytes in one packet (its own answer first), refused
 #     upgrades (each answered with its reason), SIGTERM while PostgreSQL does not
-#     answer; those last three against --batch-writes servers too;
+#     answer; then the process-wide limits (the history cap, the channel
+#     namespace, the topic cap, stalled recovering clients); all of those last
+#     seven against --batch-writes servers too;
 #   - seven deliberate faults that must be caught: a server that skips `gap`
 #     frames and the actor-channel hub, where one slow client holds everyone
 #     back (feed-load), a server that never evicts a stalled `.bounded`
@@ -217,8 +219,8 @@ HARDENING=(--binary "$SERVER" --postgres "$FEED_POSTGRES" --logs "$WORK/hardenin
 # ThreadSanitizer: RSS is not measured, so the volume that makes it meaningful is not needed.
 [[ $TSAN -eq 1 ]] && HARDENING+=(--tsan --messages 1000 --cycles 2000)
 run hardening 900 "$PY" clients/hardening_check.py "${HARDENING[@]}"
-run hardening-batch 300 "$PY" clients/hardening_check.py "${HARDENING[@]}" \
-    --only answer-first,upgrade-refusals,hung-postgres --server-flags=--batch-writes
+run hardening-batch 420 "$PY" clients/hardening_check.py "${HARDENING[@]}" --server-flags=--batch-writes \
+    --only answer-first,upgrade-refusals,hung-postgres,history-cap,namespace,topic-cap,stalled-recovery
 
 # A checker is only as good as the faults it catches: each of these must make its checker fail.
 # caught LOG SECONDS PATTERN CHECKER WHAT command...: the command must exit 1 with a line

@@ -31,6 +31,11 @@ import Synchronization
 ///   the library ends the subscription at the send that finds it over its
 ///   limit (``BroadcastHub/eviction(for:)``), the pump's reader then ends,
 ///   and the connection closes with 1013 the same way.
+///
+/// And a parked wait for the process's sweeper (``LiveConnections``), which
+/// closes with 1013 a connection that has not taken what was sent to it for
+/// `--send-timeout`, whether or not anything is published: a client that
+/// stopped reading on a quiet topic is not kept forever.
 public struct FeedConnection<Hub: FeedHub>: Sendable {
     public let hub: Hub
     public let stats: ServerStats
@@ -66,20 +71,29 @@ public struct FeedConnection<Hub: FeedHub>: Sendable {
     ///
     /// With the connection's `channel`, the pump writes each batch of frames
     /// with one flush (``FeedFrameWriter``); without it, one frame at a time
-    /// through `outbound`, as hummingbird-websocket writes.
+    /// through `outbound`, as hummingbird-websocket writes. `socket` is the
+    /// connection's channel whichever way it writes: its writability tells
+    /// the sweeper whether the client takes what was sent (``LiveConnections``),
+    /// and the frame-by-frame path paces the recovery's pages on its event loop.
     public func serve(query: FeedQuery, inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter,
-                      channel: (any Channel)? = nil, logger: Logger) async throws {
+                      channel: (any Channel)? = nil, socket: (any Channel)? = nil, logger: Logger) async throws {
         // The topic's numbering, held for as long as this connection lives,
         // so that its `seq` and byte total are the ones its messages carry.
         let topic = query.topic
-        let sequence = hub.listener.sequencers.retain(topic)
+        // A new topic is refused at the process's cap (`--max-topics`), before anything exists for it.
+        guard let sequence = hub.listener.sequencers.admit(topic) else {
+            let reason = "too many topics: this server takes \(hub.listener.sequencers.maximumTopics) (--max-topics); try again later"
+            logger.info("refusing topic \(topic): \(reason)")
+            try? await outbound.close(Self.closeCodeEvicted, reason: reason)
+            return
+        }
         defer { hub.listener.sequencers.release(topic) }
         let progress = ConnectionProgress(at: sequence.totalBytes)
         let subscription = await hub.subscribe(query)
         stats.add(.subscribers)
         stats.add(.connectionsTotal)
         let drops = DropCounter(stats: stats)
-        let entry = live.insert(progress, sequence: sequence) { subscription.bufferedCount }
+        let entry = live.insert(progress, sequence: sequence, socket: socket) { subscription.bufferedCount }
         let hubCountsDrops = hub.evictsSlowClients
         defer {
             live.remove(entry)
@@ -91,7 +105,7 @@ public struct FeedConnection<Hub: FeedHub>: Sendable {
         let hub = self.hub
         let stats = self.stats
         let limits = self.limits
-        let writer = await FrameSink(channel: channel, outbound: outbound, logger: logger)
+        let writer = await FrameSink(channel: channel, outbound: outbound, socket: socket, progress: progress, logger: logger)
         // `ready` is the connection's first frame: the other writers wait for it.
         let readySent = BroadcastPromise<Void, Never>()
         let end = await withTaskGroup(of: End.self) { group in
@@ -109,7 +123,7 @@ public struct FeedConnection<Hub: FeedHub>: Sendable {
             let loop = writer.batch.map { EventLoopActor($0.channel.eventLoop) }
             group.addTask {
                 await Self.pump(subscription, topic: topic, hub: hub, stats: stats, drops: drops, progress: progress,
-                                writer: writer, readySent: readySent,
+                                writer: writer, readySent: readySent, pageBytes: max(1, limits.queueBytes / 4),
                                 recovery: RecoveryPhase(request: query.recovery, sequence: sequence), isolation: loop)
                 // The hub ended the subscription: its client was too slow.
                 if subscription.isEvicted { return .evicted(Self.evictionReason(query, limits: limits)) }
@@ -121,6 +135,11 @@ public struct FeedConnection<Hub: FeedHub>: Sendable {
                     try await outbound.write(.custom(.init(fin: true, opcode: .text, data: ControlFrame.online(count: count))))
                 }
                 return .ended
+            }
+            // The sweeper found the pump stuck in a write for `--send-timeout`.
+            group.addTask {
+                guard let reason = try? await progress.stalled.value else { return .ended }
+                return .evicted(reason)
             }
             if hub.evictsSlowClients {
                 // The library evicts at a send; this wakes the connection
@@ -184,7 +203,7 @@ public struct FeedConnection<Hub: FeedHub>: Sendable {
     static func pump(
         _ subscription: Hub.Subscription, topic: String, hub: Hub, stats: ServerStats, drops: DropCounter,
         progress: ConnectionProgress, writer: FrameSink, readySent: BroadcastPromise<Void, Never>,
-        recovery: RecoveryPhase, isolation: isolated (any Actor)?
+        pageBytes: Int, recovery: RecoveryPhase, isolation: isolated (any Actor)?
     ) async {
         var writer = writer
         do {
@@ -194,8 +213,18 @@ public struct FeedConnection<Hub: FeedHub>: Sendable {
             try Task.checkCancellation()
             // `ready`, then what a client that came back with `since` missed
             // (Recovery.swift): live messages up to `recovered` were among it.
-            let plan = recovery.plan()
+            // A page at a time, each written before the next is read: a
+            // client that stopped reading holds one page, not the window.
+            var plan = recovery.plan(pageLimit: Self.batchLimit, pageBytes: pageBytes)
+            progress.writing()
             try await writer.write(plan.frames)
+            while let next = plan.next {
+                try await writer.pace()
+                plan = recovery.page(after: next, through: plan.through, pageLimit: Self.batchLimit, pageBytes: pageBytes)
+                progress.writing()
+                try await writer.write(plan.frames)
+            }
+            progress.wrote()
             let recovered = plan.through
             readySent.succeed()
             // The hub counts its own drops at each send; the others' are synced here.
@@ -233,7 +262,9 @@ public struct FeedConnection<Hub: FeedHub>: Sendable {
                     }
                 }
                 if !frames.isEmpty {
+                    progress.writing()
                     stats.add(.writes, try await writer.write(frames))
+                    progress.wrote()
                     for item in items {
                         if case .event(.message(let message)) = item, message.seq > recovered {
                             stats.observeFanOut(of: message)
@@ -314,9 +345,16 @@ public struct FeedConnection<Hub: FeedHub>: Sendable {
 struct FrameSink: Sendable {
     var batch: FeedFrameWriter?
     let outbound: WebSocketOutboundWriter
+    let socket: (any Channel)?
+    /// Told of each frame taken on the frame-by-frame path, so that a long
+    /// batch to a client that reads slowly is not taken for a stalled one.
+    let progress: ConnectionProgress?
 
-    init(channel: (any Channel)?, outbound: WebSocketOutboundWriter, logger: Logger) async {
+    init(channel: (any Channel)?, outbound: WebSocketOutboundWriter, socket: (any Channel)? = nil,
+         progress: ConnectionProgress? = nil, logger: Logger) async {
         self.outbound = outbound
+        self.socket = socket
+        self.progress = progress
         guard let channel else {
             batch = nil
             return
@@ -348,6 +386,19 @@ struct FrameSink: Sendable {
         try? await batch.channel.close()
     }
 
+    /// Returns once the frames written so far have reached the channel, so
+    /// that the next write waits if they made it unwritable (a client that is
+    /// not reading): hummingbird-websocket's writer takes frames as fast as
+    /// they come until the event loop has written them and turned the
+    /// channel's writability off, so without this a client that stopped
+    /// reading would be handed a whole recovery window. The batch writer
+    /// needs nothing: it waits for its previous batch to reach the socket.
+    func pace() async throws {
+        guard batch == nil, let socket else { return }
+        // Runs after the loop's tasks that write those frames.
+        try await socket.eventLoop.submit {}.get()
+    }
+
     /// Writes `frames` in order and returns how many flushes that took.
     @discardableResult
     mutating func write(_ frames: [ByteBuffer], isolation: isolated (any Actor)? = #isolation) async throws -> Int {
@@ -355,7 +406,10 @@ struct FrameSink: Sendable {
             try await batch!.write(frames)
             return 1
         }
-        for frame in frames { try await outbound.write(.custom(WebSocketFrame(fin: true, opcode: .text, data: frame))) }
+        for frame in frames {
+            try await outbound.write(.custom(WebSocketFrame(fin: true, opcode: .text, data: frame)))
+            progress?.writing()  // the write goes on, and the client takes it
+        }
         return frames.count
     }
 }
@@ -368,6 +422,41 @@ public final class ConnectionProgress: Sendable {
     let received: Synchronization.Atomic<Int>
     let written: Synchronization.Atomic<Int>
     let busy = Synchronization.Atomic<Bool>(false)
+    /// When the write in progress started (``monotonicNanoseconds()``); 0: none.
+    let writingSince = Synchronization.Atomic<UInt64>(0)
+    /// When the last write completed (``monotonicNanoseconds()``).
+    let wroteAt = Synchronization.Atomic<UInt64>(monotonicNanoseconds())
+    /// The sweeper's own: since when it has found the channel unwritable at every look; 0: writable.
+    let unwritableSince = Synchronization.Atomic<UInt64>(0)
+    /// Resolved by the sweeper, with the close reason, when the client has not taken what was sent in time.
+    let stalled = BroadcastPromise<String, Never>()
+
+    /// A write starts (or the next page of one that goes on).
+    func writing() { writingSince.store(monotonicNanoseconds(), ordering: .relaxed) }
+    func wrote() {
+        writingSince.store(0, ordering: .relaxed)
+        wroteAt.store(monotonicNanoseconds(), ordering: .relaxed)
+    }
+
+    /// The sweeper's test, at `now`: the pump has been in one write for
+    /// over `limit` ns, or the channel (its pending writes over NIO's high
+    /// watermark) has been unwritable at every look for over `limit` with no
+    /// write completed meanwhile: what was handed to NIO is not being taken,
+    /// though the pump has nothing more to write (a quiet topic).
+    func isStalled(now: UInt64, limit: UInt64, writable: Bool) -> Bool {
+        let since = writingSince.load(ordering: .relaxed)
+        if since != 0 && now &- since > limit { return true }
+        if writable {
+            unwritableSince.store(0, ordering: .relaxed)
+            return false
+        }
+        let unwritable = unwritableSince.load(ordering: .relaxed)
+        guard unwritable != 0 else {
+            unwritableSince.store(now, ordering: .relaxed)
+            return false
+        }
+        return now &- unwritable > limit && now &- wroteAt.load(ordering: .relaxed) > limit
+    }
 
     init(at total: Int) {
         received = Synchronization.Atomic(total)
@@ -411,16 +500,53 @@ public final class LiveConnections: Sendable {
     struct Entry: Sendable {
         let progress: ConnectionProgress
         let sequence: Sequencer
+        let socket: (any Channel)?
         let buffered: @Sendable () -> Int
     }
     private let entries = NIOLockedValueBox<[Int: Entry]>([:])
     private let nextID = Synchronization.Atomic<Int>(0)
+    /// `--send-timeout`: a connection whose pump has been in one write this
+    /// long is closed with 1013 (nil: never).
+    public let sendTimeout: Duration?
 
-    public init() {}
+    /// With a `sendTimeout`, one task (for the whole process, not one per
+    /// connection) looks at every connection's write in progress, every
+    /// quarter of the timeout (at most every second): a client that stopped
+    /// reading is closed within 1.25 × the timeout, whether or not its topic
+    /// has anything new, with no timer per connection. The task ends when
+    /// this object is gone.
+    public init(sendTimeout: Duration? = nil) {
+        self.sendTimeout = sendTimeout
+        guard let sendTimeout, sendTimeout > .zero else { return }
+        let period = min(sendTimeout / 4, .seconds(1))
+        let limit = UInt64(sendTimeout.components.seconds) * 1_000_000_000 + UInt64(sendTimeout.components.attoseconds / 1_000_000_000)
+        let seconds = Double(sendTimeout.components.seconds) + Double(sendTimeout.components.attoseconds) / 1e18
+        let reason = "too slow: nothing taken for \(seconds == seconds.rounded() ? String(Int(seconds)) : String(seconds)) s (--send-timeout)"
+        Task.detached { [weak self] in
+            while (try? await Task.sleep(for: period)) != nil {
+                guard let self else { return }
+                self.sweep(limit: limit, reason: reason)
+            }
+        }
+    }
 
-    func insert(_ progress: ConnectionProgress, sequence: Sequencer, buffered: @escaping @Sendable () -> Int) -> Int {
+    /// Resolves the `stalled` promise of every connection that has not taken
+    /// what was sent to it for `limit` ns (``ConnectionProgress/isStalled(now:limit:writable:)``).
+    func sweep(limit: UInt64, reason: String) {
+        let now = monotonicNanoseconds()
+        let entries = entries.withLockedValue { $0.values.map { ($0.progress, $0.socket) } }
+        // `isWritable` is an atomic load in NIO (thread-safe `Channel` API).
+        let stalled = entries.compactMap { progress, socket in
+            progress.isStalled(now: now, limit: limit, writable: socket?.isWritable ?? true) ? progress : nil
+        }
+        // After the lock: resuming the waiter is not done under it.
+        for progress in stalled { progress.stalled.succeed(reason) }
+    }
+
+    func insert(_ progress: ConnectionProgress, sequence: Sequencer, socket: (any Channel)? = nil,
+                buffered: @escaping @Sendable () -> Int) -> Int {
         let id = nextID.add(1, ordering: .relaxed).newValue
-        entries.withLockedValue { $0[id] = Entry(progress: progress, sequence: sequence, buffered: buffered) }
+        entries.withLockedValue { $0[id] = Entry(progress: progress, sequence: sequence, socket: socket, buffered: buffered) }
         return id
     }
 

@@ -22,6 +22,11 @@ public final class FeedMetrics: Sendable {
         public static let dropped = "feed_dropped_total"
         public static let evicted = "feed_evicted_total"
         public static let fanOutLatency = "feed_fanout_latency_seconds"
+        public static let liveTopics = "feed_live_topics"
+        public static let topicsLimit = "feed_topics_limit"
+        public static let topicsRefused = "feed_topics_refused_total"
+        public static let historyBytes = "feed_history_bytes"
+        public static let historyLimitBytes = "feed_history_limit_bytes"
     }
 
     /// The fan-out latency histogram's buckets (upper bounds, in seconds once
@@ -40,6 +45,11 @@ public final class FeedMetrics: Sendable {
     let dropped = Counter(label: Name.dropped)
     let evicted = Counter(label: Name.evicted)
     let fanOutLatency = Metrics.Timer(label: Name.fanOutLatency)
+    let liveTopics = Meter(label: Name.liveTopics)
+    let topicsLimit = Meter(label: Name.topicsLimit)
+    let topicsRefused = Counter(label: Name.topicsRefused)
+    let historyBytes = Meter(label: Name.historyBytes)
+    let historyLimitBytes = Meter(label: Name.historyLimitBytes)
 
     /// Creates the metrics in the bootstrapped system: call it after `MetricsSystem.bootstrap`.
     public init() {}

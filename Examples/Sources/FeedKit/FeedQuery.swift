@@ -5,7 +5,7 @@ public struct FeedQuery: Sendable, Equatable {
     public enum Policy: String, Sendable, CaseIterable {
         case newest, oldest, bounded, unbounded
     }
-    /// The topic: also the PostgreSQL channel its messages travel on.
+    /// The topic: its messages travel on the channel `PREFIX.TOPIC` (``ChannelNamespace``).
     public var topic: String = FeedTopic.default
     public var policy: Policy = .newest
     public var capacity: Int = 64
@@ -79,10 +79,11 @@ public struct FeedQuery: Sendable, Equatable {
     }
 }
 
-/// Topic names: `[a-z0-9_-]{1,48}`. A topic is the PostgreSQL channel of
-/// its messages (LISTEN quotes it, `pg_notify` takes it as text), so the
-/// name must be one that neither can misread, and short enough to stay
-/// under PostgreSQL's 63-byte identifiers.
+/// Topic names: `[a-z0-9_-]{1,48}`. A topic's messages travel on the
+/// PostgreSQL channel `PREFIX.TOPIC` (``ChannelNamespace``: LISTEN quotes it,
+/// `pg_notify` takes it as text), so the name must be one that neither can
+/// misread, and short enough that the channel stays within PostgreSQL's
+/// 63-byte identifiers.
 public enum FeedTopic {
     /// The topic of a request that names none.
     public static let `default` = "feed"
@@ -125,12 +126,19 @@ public struct FeedLimits: Sendable {
     /// `queueBytes / FeedMessage.largestBytes`, so that a `newest` or `oldest`
     /// queue full of the largest messages stays within the budget.
     public var maximumCapacity: Int
+    /// A connection whose pump has been in one write this long (its client
+    /// stopped reading) is closed with 1013, whether or not anything is
+    /// published (`--send-timeout`, default 30 s; ``LiveConnections``).
+    public var sendTimeout: Duration
 
     public static let defaultQueueBytes = 4 << 20
+    public static let defaultSendTimeout = Duration.seconds(30)
 
-    public init(queueBytes: Int = Self.defaultQueueBytes, maximumCapacity: Int? = nil) {
+    public init(queueBytes: Int = Self.defaultQueueBytes, maximumCapacity: Int? = nil,
+                sendTimeout: Duration = Self.defaultSendTimeout) {
         self.queueBytes = queueBytes
         self.maximumCapacity = maximumCapacity ?? Self.ceiling(queueBytes: queueBytes)
+        self.sendTimeout = sendTimeout
     }
 
     /// `queueBytes / FeedMessage.largestBytes`: the most a queue of that many bytes can hold.

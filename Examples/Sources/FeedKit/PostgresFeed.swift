@@ -14,6 +14,8 @@ public struct PostgresTarget: Sendable {
     public var user: String
     public var password: String?
     public var database: String
+    /// The channels of this server's topics there (`--channel-prefix`).
+    public var namespace = ChannelNamespace.default
 
     public init(url: String) throws(BadFeedQuery) {
         guard url.hasPrefix("postgres://") || url.hasPrefix("postgresql://") else {
@@ -180,7 +182,8 @@ public actor Publisher {
         }
         defer { timer.cancel() }
         do {
-            try await connection.query("SELECT pg_notify(\(channel), \(payload))", logger: logger)
+            // The topic's channel in this server's namespace, never the client's name itself.
+            try await connection.query("SELECT pg_notify(\(target.namespace.channel(for: channel)), \(payload))", logger: logger)
             timer.cancel()  // before the connection goes back to the pool
             release(connection, healthy: true)
         } catch let error as PSQLError where error.code == .server {

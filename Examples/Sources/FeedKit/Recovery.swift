@@ -27,6 +27,22 @@ public struct RecoveryRequest: Sendable, Equatable {
 /// after `since`, then `recovered`, and the pump then skips the live
 /// messages it already sent (`seq` up to ``Plan/through``): no duplicate, no
 /// hole between the two.
+///
+/// The missed messages are read in pages (``plan(pageLimit:pageBytes:)``,
+/// then ``page(after:through:pageLimit:pageBytes:)`` while ``Plan/next`` is
+/// set), each written before the next is read: a client that asked for the
+/// whole window and stopped reading holds one page, not the window. If the
+/// window lets go of the rest meanwhile (its limits, the process-wide cap,
+/// an outage), the last page is a `resync` with the reason.
+///
+/// ```swift
+/// var plan = phase.plan(pageLimit: 64, pageBytes: 1 << 20)
+/// try await write(plan.frames)
+/// while let next = plan.next {
+///     plan = phase.page(after: next, through: plan.through, pageLimit: 64, pageBytes: 1 << 20)
+///     try await write(plan.frames)
+/// }
+/// ```
 public struct RecoveryPhase: Sendable {
     public let request: RecoveryRequest?
     public let sequence: Sequencer
@@ -46,10 +62,16 @@ public struct RecoveryPhase: Sendable {
         public var recovered: Int
         /// Set when the client was told to `resync`.
         public var resyncReason: String?
+        /// Set while missed messages are left: the last `seq` sent so far
+        /// (the next page starts after it).
+        public var next: Int?
     }
 
-    /// Reads the window once and decides every frame.
-    public func plan() -> Plan {
+    /// Reads the window and decides the first frames: `ready`, the first
+    /// page of missed messages (at most `pageLimit` of them and `pageBytes`
+    /// of ``FeedMessage/bytes``, at least one), and `recovered` or `resync`
+    /// if that is the end.
+    public func plan(pageLimit: Int = .max, pageBytes: Int = .max) -> Plan {
         let epoch = sequence.epoch
         guard let request else {
             let last = sequence.history.last
@@ -61,25 +83,48 @@ public struct RecoveryPhase: Sendable {
             return Plan(frames: [ControlFrame.ready(epoch: epoch, seq: last), ControlFrame.resync(reason: reason)],
                         through: 0, recovered: 0, resyncReason: reason)
         }
-        switch sequence.history.read(since: request.since) {
+        switch sequence.history.read(since: request.since, limit: pageLimit, maximumBytes: pageBytes) {
         case .notCovered(let last, let reason):
             return Plan(frames: [ControlFrame.ready(epoch: epoch, seq: last), ControlFrame.resync(reason: reason)],
                         through: 0, recovered: 0, resyncReason: reason)
         case .covered(var messages, let last):
+            let reached = messages.last?.seq ?? request.since
             if FaultInjection.recoverySkipsOne && !messages.isEmpty { messages.removeFirst() }
-            var frames = [ControlFrame.ready(epoch: epoch, seq: last)]
-            frames += messages.map(\.frame)
-            frames.append(ControlFrame.recovered(from: request.since + 1, to: last))
-            return Plan(frames: frames, through: last, recovered: messages.count)
+            var plan = Plan(frames: [ControlFrame.ready(epoch: epoch, seq: last)], through: last, recovered: 0)
+            finish(&plan, with: messages, reached: reached, since: request.since)
+            return plan
         }
     }
 
-    /// Writes the plan's frames with `write` (the connection's own) and
-    /// returns ``Plan/through``.
-    public func run(write: (ByteBuffer) async throws -> Void) async throws -> Int {
-        let plan = plan()
-        for frame in plan.frames { try await write(frame) }
-        return plan.through
+    /// The page after `cursor` (a plan's ``Plan/next``), up to `through`
+    /// (its ``Plan/through``): messages, and `recovered` on the last page; a
+    /// `resync` with the reason if the window no longer holds them.
+    public func page(after cursor: Int, through: Int, pageLimit: Int = .max, pageBytes: Int = .max) -> Plan {
+        let since = request?.since ?? cursor
+        switch sequence.history.read(since: cursor, through: through, limit: pageLimit, maximumBytes: pageBytes) {
+        case .notCovered(_, let reason):
+            return Plan(frames: [ControlFrame.resync(reason: reason)], through: through, recovered: 0, resyncReason: reason)
+        case .covered(let messages, _):
+            guard let reached = messages.last?.seq else {
+                // Cannot happen (a window holds every seq from its floor to its last); never loop on it.
+                let reason = "seq \(cursor + 1) is no longer held"
+                return Plan(frames: [ControlFrame.resync(reason: reason)], through: through, recovered: 0, resyncReason: reason)
+            }
+            var plan = Plan(frames: [], through: through, recovered: 0)
+            finish(&plan, with: messages, reached: reached, since: since)
+            return plan
+        }
+    }
+
+    /// Adds a page's messages, and `recovered` if it reached `through`.
+    private func finish(_ plan: inout Plan, with messages: [FeedMessage], reached: Int, since: Int) {
+        plan.frames += messages.map(\.frame)
+        plan.recovered = messages.count
+        if reached >= plan.through {
+            plan.frames.append(ControlFrame.recovered(from: since + 1, to: plan.through))
+        } else {
+            plan.next = reached
+        }
     }
 }
 

@@ -14,9 +14,29 @@ public final class ServerStats: Sendable {
     public let writes = Atomic<Int>(0)
     /// Where the counters also go; nil: `/stats` only (`feed-server --no-metrics`).
     public let metrics: FeedMetrics?
+    /// The process's topics, their cap and their recovery windows' bytes, when given.
+    public let sequencers: Sequencers?
+    private let refusalsReported = Atomic<Int>(0)
 
-    public init(metrics: FeedMetrics? = nil) {
+    public init(metrics: FeedMetrics? = nil, sequencers: Sequencers? = nil) {
         self.metrics = metrics
+        self.sequencers = sequencers
+        if let metrics, let sequencers {
+            metrics.topicsLimit.set(sequencers.maximumTopics)
+            metrics.historyLimitBytes.set(sequencers.budget?.limit ?? 0)
+        }
+    }
+
+    /// Sets the gauges that are read rather than counted, when `/metrics` is scraped.
+    public func scraped(topics: Int) {
+        guard let metrics else { return }
+        metrics.setTopics(topics)
+        guard let sequencers else { return }
+        metrics.liveTopics.set(sequencers.count)
+        metrics.historyBytes.set(sequencers.budget?.held ?? 0)
+        let refused = sequencers.refused
+        let before = refusalsReported.exchange(refused, ordering: .relaxed)
+        if refused > before { metrics.topicsRefused.increment(by: refused - before) }
     }
 
     public enum Counter: Sendable { case subscribers, delivered, dropped, evicted, connectionsTotal, writes }
@@ -60,8 +80,18 @@ public final class ServerStats: Sendable {
         "connectionsTotal":\(connectionsTotal.load(ordering: .relaxed)),\
         "delivered":\(delivered.load(ordering: .relaxed)),"dropped":\(dropped.load(ordering: .relaxed)),\
         "evicted":\(evicted.load(ordering: .relaxed)),"writes":\(writes.load(ordering: .relaxed)),\(connections.map { "\"connections\":\($0)," } ?? "")\
+        \(sequencers.map(Self.limitsJSON) ?? "")\
         "rssBytes":\(rss),"cpuSeconds":\(cpu)}
         """
+    }
+
+    /// `liveTopics` (with a connection or a LISTEN: what `--max-topics`
+    /// caps), `topicsLimit`, `topicsRefused`, `historyBytes` (every recovery
+    /// window together) and `historyLimitBytes` (`--history-bytes`), each
+    /// followed by a comma.
+    static func limitsJSON(_ sequencers: Sequencers) -> String {
+        #""liveTopics":\#(sequencers.count),"topicsLimit":\#(sequencers.maximumTopics),"topicsRefused":\#(sequencers.refused),"#
+            + #""historyBytes":\#(sequencers.budget?.held ?? 0),"historyLimitBytes":\#(sequencers.budget?.limit ?? 0),"#
     }
 
     /// Resident set size (from /proc/self/statm) and user+system CPU seconds.

@@ -2,6 +2,7 @@ import AsyncBroadcast
 import Logging
 import NIOConcurrencyHelpers
 import PostgresNIO
+import Synchronization
 
 /// Every topic's LISTEN, on one database connection per server process
 /// (`application_name` `feed-server-listen`).
@@ -35,12 +36,18 @@ public final class TopicListener: Sendable {
     /// The shutdown barriers in flight (see ``Barriers``).
     public let barriers = Barriers()
     private let connection: SharedConnection
+    private let namespace: ChannelNamespace
     private let logger: Logger
 
-    /// `history`: what each topic keeps for clients that reconnect (``History``).
-    public init(target: PostgresTarget, logger: Logger, history: HistoryLimits = HistoryLimits()) {
-        sequencers = Sequencers(history: history)
+    /// `history`: what each topic keeps for clients that reconnect (``History``);
+    /// `historyBudget`: the cap on all topics' windows together;
+    /// `maximumTopics`: live topics this process takes (``Sequencers/admit(_:)``).
+    /// Each topic is LISTENed on its channel in `target.namespace`.
+    public init(target: PostgresTarget, logger: Logger, history: HistoryLimits = HistoryLimits(),
+                historyBudget: HistoryBudget? = nil, maximumTopics: Int = Sequencers.defaultMaximumTopics) {
+        sequencers = Sequencers(history: history, budget: historyBudget, maximumTopics: maximumTopics)
         connection = SharedConnection(target: target, logger: logger)
+        namespace = target.namespace
         self.logger = logger
     }
 
@@ -94,7 +101,7 @@ public final class TopicListener: Sendable {
             do {
                 let connection = try await self.connection.acquire()
                 opened = connection
-                try await connection.listen(on: topic) { notifications in
+                try await connection.listen(on: namespace.channel(for: topic)) { notifications in
                     // `listen(on:)` calls us once LISTEN has succeeded.
                     mark(topic, listened: true)
                     onListening()
@@ -248,33 +255,71 @@ actor SharedConnection {
 /// Each topic's ``Sequencer``, kept while a connection or a LISTEN loop of
 /// the topic holds it: a topic that has gone holds nothing, and its `seq`
 /// starts again from 1 when it comes back.
+///
+/// The table is also the count of live topics (with a connection, or a
+/// LISTEN loop still running: the broadcast hub keeps it 5 s after the last
+/// client), and where their number is capped: a connection ``admit(_:)``s
+/// its topic, which fails for a new topic when `maximumTopics` are live, in
+/// the same locked step that would add it, so concurrent connections cannot
+/// pass the cap between a check and an insert.
 public final class Sequencers: Sendable {
     private let table = NIOLockedValueBox<[String: (sequencer: Sequencer, holders: Int)]>([:])
     /// Each new numbering's window.
     public let history: HistoryLimits
+    /// The cap on every window's bytes together (nil: none).
+    public let budget: HistoryBudget?
+    /// Live topics this process takes (`--max-topics`).
+    public let maximumTopics: Int
+    private let refusedCount = Synchronization.Atomic<Int>(0)
 
-    public init(history: HistoryLimits = .off) {
+    public static let defaultMaximumTopics = 2000
+
+    public init(history: HistoryLimits = .off, budget: HistoryBudget? = nil, maximumTopics: Int = Sequencers.defaultMaximumTopics) {
         self.history = history
+        self.budget = budget
+        self.maximumTopics = max(1, maximumTopics)
     }
 
+    /// Holds `topic`'s numbering, creating it if the topic is new: for the
+    /// topic's LISTEN loop, which runs only for a topic a connection admitted.
     public func retain(_ topic: String) -> Sequencer {
-        table.withLockedValue { table in
-            if let entry = table[topic] {
-                table[topic] = (entry.sequencer, entry.holders + 1)
-                return entry.sequencer
-            }
-            let sequencer = Sequencer(history: History(limits: history))
-            table[topic] = (sequencer, 1)
-            return sequencer
+        table.withLockedValue { table in retain(topic, in: &table) }
+    }
+
+    /// Holds `topic`'s numbering for a new connection; nil when the topic is
+    /// new and ``maximumTopics`` are live (the connection is refused).
+    public func admit(_ topic: String) -> Sequencer? {
+        let sequencer = table.withLockedValue { table -> Sequencer? in
+            if table[topic] == nil && table.count >= maximumTopics { return nil }
+            return retain(topic, in: &table)
         }
+        if sequencer == nil { refusedCount.add(1, ordering: .relaxed) }
+        return sequencer
+    }
+
+    private func retain(_ topic: String, in table: inout [String: (sequencer: Sequencer, holders: Int)]) -> Sequencer {
+        if let entry = table[topic] {
+            table[topic] = (entry.sequencer, entry.holders + 1)
+            return entry.sequencer
+        }
+        let sequencer = Sequencer(history: History(limits: history, budget: budget))
+        table[topic] = (sequencer, 1)
+        return sequencer
     }
 
     public func release(_ topic: String) {
-        table.withLockedValue { table in
-            guard let entry = table[topic] else { return }
+        // The last holder's sequencer (and its window) is freed after the lock:
+        // the window's deinit takes the budget's registry lock.
+        let gone = table.withLockedValue { table -> Sequencer? in
+            guard let entry = table[topic] else { return nil }
             table[topic] = entry.holders > 1 ? (entry.sequencer, entry.holders - 1) : nil
+            return entry.holders > 1 ? nil : entry.sequencer
         }
+        _ = gone
     }
 
+    /// Live topics now.
     public var count: Int { table.withLockedValue { $0.count } }
+    /// Connections refused so far because ``maximumTopics`` topics were live.
+    public var refused: Int { refusedCount.load(ordering: .relaxed) }
 }

@@ -60,6 +60,14 @@ struct FeedServer: AsyncParsableCommand {
     var historyMessages: Int = HistoryLimits.defaultMessages
     @Option(help: "Seconds a message stays recoverable (0: no history).")
     var historySeconds: Double = Double(HistoryLimits.defaultSeconds)
+    @Option(help: "Bytes all topics' recovery windows hold together; over it, the oldest messages go first. Default: 1/128 of the machine's memory, 32 MiB to 1 GiB.")
+    var historyBytes: Int?
+    @Option(help: "Live topics (with a connection, or a LISTEN in its 5 s after the last) this process takes; a connection to a new one beyond is closed with 1013.")
+    var maxTopics: Int = Sequencers.defaultMaximumTopics
+    @Option(help: "Seconds a connection's write may take (a client that stopped reading) before it is closed with 1013, published or not.")
+    var sendTimeout: Double = Double(FeedLimits.defaultSendTimeout.components.seconds)
+    @Option(help: "PostgreSQL channels are PREFIX.TOPIC: 1 to 14 of a-z, 0-9 and _. Servers that share a feed share a prefix.")
+    var channelPrefix: String = ChannelNamespace.defaultPrefix
     @Flag(help: "Write each batch of frames with one flush, below hummingbird-websocket's writer (experimental: see the README).")
     var batchWrites = false
 
@@ -69,8 +77,9 @@ struct FeedServer: AsyncParsableCommand {
     func run() async throws {
         var logger = Logger(label: "feed-server")
         logger.logLevel = Logger.Level(rawValue: logLevel) ?? .info
-        let target: PostgresTarget
+        var target: PostgresTarget
         do { target = try PostgresTarget(url: postgres) } catch { throw ValidationError(error.reason) }
+        do { target.namespace = try ChannelNamespace(prefix: channelPrefix) } catch { throw ValidationError(error.reason) }
         if !FaultInjection.fault.isEmpty {
             logger.warning("FEED_SERVER_FAULT=\(FaultInjection.fault): a deliberate fault is on; this server is wrong on purpose")
         }
@@ -91,6 +100,10 @@ struct FeedServer: AsyncParsableCommand {
             throw ValidationError("--history-messages must be 0...100000 and --history-seconds 0...86400")
         }
         let history = HistoryLimits(messages: historyMessages, maximumAge: .nanoseconds(Int64(historySeconds * 1e9)))
+        let historyCap = historyBytes ?? HistoryBudget.defaultLimit(physicalMemory: ProcessInfo.processInfo.physicalMemory)
+        guard historyCap >= 0 else { throw ValidationError("--history-bytes must be at least 0") }
+        guard maxTopics >= 1 else { throw ValidationError("--max-topics must be at least 1") }
+        guard sendTimeout > 0 && sendTimeout <= 3600 else { throw ValidationError("--send-timeout must be above 0 and at most 3600 seconds") }
         let files = Self.raiseFileLimit()
         let connectionLimit = maxConnections ?? min(10_000, max(64, files - 128))
         guard connectionLimit >= 1 else { throw ValidationError("--max-connections must be at least 1") }
@@ -100,7 +113,8 @@ struct FeedServer: AsyncParsableCommand {
         logger.info("limits: \(connectionLimit) connections (open files \(files)), queue \(queueBytes) bytes, capacity ≤ \(maxCapacity ?? ceiling)")
         var settings = ServerSettings(
             host: host, port: port, sendBufferBytes: sendBufferBytes, target: target, logger: logger,
-            feed: FeedLimits(queueBytes: queueBytes, maximumCapacity: maxCapacity),
+            feed: FeedLimits(queueBytes: queueBytes, maximumCapacity: maxCapacity,
+                             sendTimeout: .nanoseconds(Int64(sendTimeout * 1e9))),
             http: HTTPLimits(headerTimeout: .nanoseconds(Int64(headerTimeout * 1e9)), bodyTimeout: .nanoseconds(Int64(bodyTimeout * 1e9))),
             maxConnections: connectionLimit, publishConnections: publishConnections,
             shutdownTimeout: .nanoseconds(Int64(shutdownTimeout * 1e9)), metrics: nil)
@@ -116,10 +130,11 @@ struct FeedServer: AsyncParsableCommand {
         settings.metrics = registry
         settings.batchWrites = batchWrites
         settings.publishTimeout = .nanoseconds(Int64(publishTimeout * 1e9))
-        logger.info("history: \(history.isEnabled ? "\(history.messages) messages or \(historySeconds) s per topic" : "off")")
-        let listener = TopicListener(target: target, logger: logger, history: history)
+        logger.info("history: \(history.isEnabled ? "\(history.messages) messages or \(historySeconds) s per topic, \(historyCap) bytes in all" : "off"); at most \(maxTopics) topics, on channels \(target.namespace.prefix).TOPIC; send timeout \(sendTimeout) s")
+        let listener = TopicListener(target: target, logger: logger, history: history,
+                                     historyBudget: HistoryBudget(limit: historyCap), maximumTopics: maxTopics)
         // After the bootstrap, so the metrics are Prometheus'.
-        let stats = ServerStats(metrics: registry == nil ? nil : FeedMetrics())
+        let stats = ServerStats(metrics: registry == nil ? nil : FeedMetrics(), sequencers: listener.sequencers)
         switch hub {
         case .broadcast: try await serve(hub: BroadcastHub(listener: listener, limits: settings.feed, stats: stats), stats: stats, settings)
         case .lockStream: try await serve(hub: LockStreamHub(listener: listener), stats: stats, settings)

@@ -1,6 +1,8 @@
 /// The live page that `GET /` serves: plain HTML, CSS and JavaScript, no external resources.
 ///
-/// It subscribes to `/feed?topic=NAME` on the same host (reconnecting with backoff), shows
+/// It subscribes to `/feed?topic=NAME` on the same host (reconnecting with backoff, and with
+/// `since` and `epoch` so that the server sends what it missed: #status then reads `recovered`,
+/// or `resync` when the server could not, and #recovery says which messages or why), shows
 /// the topic, the connection's status, the `online` count, the `gap` frames and the last
 /// 100 messages (newest first), and publishes what is typed with `POST /publish?topic=NAME`.
 /// The topic is `feed` unless the page's URL says `?topic=NAME`; the topic box switches it
@@ -8,7 +10,7 @@
 /// clears the list.
 /// `Examples/clients/browser_check.py` drives it in headless Chromium by these ids:
 /// `status`, `online`, `gaps`, `messages`, `publish-text`, `publish-button`, `topic`,
-/// `topic-button`, `topic-error`, `current-topic`.
+/// `topic-button`, `topic-error`, `current-topic`, `recovery`.
 enum LivePage {
     static let html: String = #"""
     <!doctype html>
@@ -27,6 +29,8 @@ enum LivePage {
       #status[data-state="ready"] { color: #1f9d55; }
       #status[data-state="closed"] { color: #d64545; }
       #status[data-state="resync"] { color: #d08a00; }
+      #status[data-state="recovered"] { color: #1f9d55; }
+      #recovery { color: var(--muted); font-size: .85rem; min-height: 1.2em; margin: -.6rem 0 .8rem; }
       form { display: flex; gap: .5rem; margin-bottom: .4rem; }
       input { flex: 1; padding: .5rem .7rem; border: 1px solid var(--line); border-radius: 8px; font: inherit; }
       button { padding: .5rem 1.1rem; border: 0; border-radius: 8px; background: var(--accent); color: #fff; font: inherit; cursor: pointer; }
@@ -56,6 +60,7 @@ enum LivePage {
       <span>online <span id="online">–</span></span>
       <span>gaps <span id="gaps">0 (0 dropped)</span></span>
     </div>
+    <div id="recovery"></div>
     <form id="publish-form">
       <input id="publish-text" placeholder="Publish a message" autocomplete="off" required>
       <button id="publish-button" type="submit">Publish</button>
@@ -68,6 +73,9 @@ enum LivePage {
     const maxItems = 100;
     const topicPattern = /^[a-z0-9_-]{1,48}$/;
     let gapFrames = 0, droppedBefore = 0, dropped = 0, attempt = 0, lastSeq = null;
+    // The numbering of the topic's seq (the ready frame's epoch) and the last seq this page has:
+    // a reconnect asks for what came after it.
+    let epoch = null, resumeSeq = null, readySeq = null;
     let topic = "feed", socket = null, retry = null;
 
     // The reason `name` is not a topic the server takes, or "".
@@ -97,7 +105,8 @@ enum LivePage {
 
     function connect() {
       const scheme = location.protocol === "https:" ? "wss:" : "ws:";
-      socket = new WebSocket(`${scheme}//${location.host}/feed?topic=${encodeURIComponent(topic)}`);
+      const resume = epoch === null || resumeSeq === null ? "" : `&since=${resumeSeq}&epoch=${epoch}`;
+      socket = new WebSocket(`${scheme}//${location.host}/feed?topic=${encodeURIComponent(topic)}${resume}`);
       setStatus("connecting");
       socket.onmessage = (event) => {
         let frame;
@@ -105,11 +114,19 @@ enum LivePage {
         switch (frame.type) {
           case "ready":
             attempt = 0;
+            if (frame.epoch !== epoch) { epoch = frame.epoch; lastSeq = null; } // another numbering
+            readySeq = frame.seq;
+            if (resumeSeq === null || lastSeq === null) resumeSeq = frame.seq;
             setStatus("ready");
+            break;
+          case "recovered": // what this page missed came just before, in order
+            setStatus("recovered");
+            $("recovery").textContent = frame.to >= frame.from
+              ? `recovered ${frame.to - frame.from + 1} missed (seq ${frame.from}–${frame.to})` : "recovered: nothing missed";
             break;
           case "message":
             if (frame.seq === lastSeq) break; // the replay of one already shown, after a reconnect
-            lastSeq = frame.seq;
+            lastSeq = resumeSeq = frame.seq;
             if ($("status").dataset.state === "resync") setStatus("ready");
             addMessage(frame.seq, typeof frame.body === "string" ? frame.body : JSON.stringify(frame.body));
             break;
@@ -121,8 +138,10 @@ enum LivePage {
           case "online":
             $("online").textContent = frame.count;
             break;
-          case "resync": // the database came back: messages in between are lost
+          case "resync": // the database came back, or a reconnect could not be served: messages in between are lost
             setStatus("resync");
+            $("recovery").textContent = frame.reason ? `resync: ${frame.reason}` : "resync: the feed's database came back";
+            if (frame.reason) resumeSeq = readySeq; // told what was lost: go on from this connection's start
             break;
         }
       };
@@ -148,7 +167,8 @@ enum LivePage {
       $("current-topic").textContent = name;
       $("messages").replaceChildren();
       gapFrames = droppedBefore = dropped = attempt = 0;
-      lastSeq = null;
+      lastSeq = epoch = resumeSeq = null;
+      $("recovery").textContent = "";
       $("gaps").textContent = "0 (0 dropped)";
       $("online").textContent = "–";
       $("publish-result").textContent = "";

@@ -103,7 +103,7 @@ func serve<Hub: FeedHub>(hub: Hub, stats: ServerStats, _ settings: ServerSetting
     let logger = settings.logger
     let publisher = Publisher(target: settings.target, size: settings.publishConnections,
                               timeout: settings.publishTimeout, logger: logger)
-    let live = LiveConnections()
+    let live = LiveConnections(sendTimeout: settings.feed.sendTimeout)
     let connection = FeedConnection(hub: hub, stats: stats, limits: settings.feed, live: live)
     let registry = ConnectionRegistry(maximum: settings.maxConnections)
     let maximumCapacity = settings.feed.maximumCapacity
@@ -121,7 +121,7 @@ func serve<Hub: FeedHub>(hub: Hub, stats: ServerStats, _ settings: ServerSetting
     }
     if let prometheus = settings.metrics {
         router.get("/metrics") { _, _ in
-            stats.metrics?.setTopics(await hub.topicCount())
+            stats.scraped(topics: await hub.topicCount())
             return Response(
                 status: .ok, headers: [.contentType: "text/plain; version=0.0.4; charset=utf-8"],
                 body: .init(byteBuffer: ByteBuffer(bytes: prometheus.emitToBuffer())))
@@ -179,7 +179,8 @@ func serve<Hub: FeedHub>(hub: Hub, stats: ServerStats, _ settings: ServerSetting
         let channel = context.requestContext.slot.empty()
         let batchChannel = settings.batchWrites ? channel : nil
         let query = try feedQuery(context.request, maximumCapacity: maximumCapacity)
-        try await connection.serve(query: query, inbound: inbound, outbound: outbound, channel: batchChannel, logger: context.logger)
+        try await connection.serve(query: query, inbound: inbound, outbound: outbound, channel: batchChannel, socket: channel,
+                                   logger: context.logger)
     }
     let wsConfiguration = WebSocketServerConfiguration(
         maxFrameSize: 1 << 16, closeTimeout: .seconds(3), validateUTF8: true)
