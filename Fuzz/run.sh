@@ -101,6 +101,11 @@ build_args=(-c release --product "fuzz-$target"
 unset ASYNCBROADCAST_FAULT ASYNCBROADCAST_RUNTIME_FAULTS
 if [[ -n "$fault" ]]; then
     fault="${fault#ASYNCBROADCAST_FAULT_}"
+    # A fault without its run-time switch would run unfaulted: say so.
+    if ! grep -qF "RuntimeFault.isOn(\"$fault\")" ../Sources/AsyncBroadcast/Support/FaultInjection.swift; then
+        echo "== FaultInjection.swift has no run-time switch for $fault (#elseif ASYNCBROADCAST_RUNTIME_FAULTS, return RuntimeFault.isOn(\"$fault\"))" >&2
+        exit 2
+    fi
     scratch="${FUZZ_SCRATCH:-.build-faults$suffix}"
     build_args+=(--scratch-path "$scratch")
     # Read by the root Package.swift: every fault compiled in, switched by

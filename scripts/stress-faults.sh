@@ -113,6 +113,13 @@ binary="$scratch/release/broadcast-stress"
 for fault in "${faults[@]}"; do
     name=$(echo "$fault" | tr 'A-Z_' 'a-z-')
     log="$scratch/stress-$name.log"
+    # A fault without its run-time switch would run unfaulted: say so.
+    if ! grep -qF "RuntimeFault.isOn(\"$fault\")" Sources/AsyncBroadcast/Support/FaultInjection.swift; then
+        echo "FAIL $fault: FaultInjection.swift has no run-time switch for it (#elseif ASYNCBROADCAST_RUNTIME_FAULTS, return RuntimeFault.isOn(\"$fault\"))"
+        summary+=("FAIL $fault (no run-time switch)")
+        status=1
+        continue
+    fi
     echo "=== fault $fault: running broadcast-stress --seconds $budget --deadline $deadline --kinds $(kinds_for "$fault")"
     run_stress "$binary" "$log" "$fault"
     head -1 "$log" | sed 's/^/      /'

@@ -111,6 +111,12 @@ for pair in "${pairs[@]}"; do
     log="$scratch/test-faults-$(echo "$fault" | tr 'A-Z_' 'a-z-').log"
     echo "== $fault: $test must fail (up to $attempts attempts)"
     caught=0
+    # A fault without its run-time switch would run unfaulted: say so.
+    if ! grep -qF "RuntimeFault.isOn(\"$fault\")" Sources/AsyncBroadcast/Support/FaultInjection.swift; then
+        echo "FAIL: FaultInjection.swift has no run-time switch for $fault (#elseif ASYNCBROADCAST_RUNTIME_FAULTS, return RuntimeFault.isOn(\"$fault\"))"
+        failures=$((failures + 1))
+        continue
+    fi
     for attempt in $(seq 1 "$attempts"); do
         if ASYNCBROADCAST_INTERNAL_CHECKS=1 ASYNCBROADCAST_RUNTIME_FAULTS=1 ASYNCBROADCAST_FAULT="$fault" \
             swift test --scratch-path "$scratch" --filter "$test" >"$log" 2>&1; then
