@@ -1028,7 +1028,7 @@ def upgrade_refusals(args, checks: Checks) -> None:
     for name, data, statuses, version in cases:
         # Upgrade: h2c is ignored: served as HTTP/1.1, on a connection that stays open.
         closes = "h2c" not in name
-        responses, raw, took = exchange(server.address, data, 5 if closes else 1)
+        responses, raw, took = exchange(server.address, data, 5)  # h2c: until the idle keep-alive closes (2 s)
         ok = (len(responses) >= 1 and responses[0][0] in statuses and len(one_line(responses[0][2])) > 0
               and "\n" not in one_line(responses[0][2]) and (took is not None or not closes))
         if ok and version:

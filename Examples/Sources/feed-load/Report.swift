@@ -104,12 +104,15 @@ extension LoadRun.Result {
                      "\(noGap.count) of \(slow) saw no gap; slow clients received \(slowRecords.prefix(5).map(\.received))…, errors \(slowRecords.compactMap(\.error).prefix(3))")
         }
         if let baseline {
-            // Within 2x of the run without slow clients, never below 50 ms:
+            // Within 2x of the run without slow clients, never below 1.5 s:
             // short runs on a 2-core machine that also runs the database, the
-            // servers and the clients swing a p99 of a few ms by 3x (seen:
-            // 9.4 -> 28.3 ms with a build running beside). Head-of-line
-            // blocking, what this is for, costs seconds.
-            let limit = 2 * Swift.max(baseline.latency.p99, 25)
+            // servers and the clients swing a p99 by far more than 2x when the
+            // machine is loaded (seen: 9.4 -> 28.3 ms with a build running
+            // beside; at load 15, 402 ms without slow clients and 848 ms with
+            // them, which failed smoke.sh). Head-of-line blocking, what this is
+            // for, costs seconds: the actor-channel hub's p99 was 5.3 s and
+            // 5.9 s (at load 15) in the same runs.
+            let limit = Swift.max(2 * baseline.latency.p99, 1500)
             checks.check("\(name): fast clients' p99 within 2x of the run without slow clients", latency.p99 <= limit,
                          String(format: "p99 %.1f ms, limit %.1f ms (baseline p99 %.1f ms)", latency.p99, limit, baseline.latency.p99))
         }
