@@ -464,6 +464,9 @@ def fast_reader(server: str, run: str, count: int, capacity: int, results, ready
             if opcode == 0x8:
                 error = f"closed by the server ({payload[:2].hex()})"
                 break
+            if opcode == 0x9:  # Hummingbird pings every 30 s and closes (1001) a client that never answers
+                sock.sendall(frame(0xA, payload))
+                continue
             if payload.startswith(b'{"type":"gap"'):
                 gaps += 1
                 if first_gap is None:

