@@ -14,9 +14,10 @@ import AsyncBroadcastTestSupport
 //   the round's finish()), then join again;
 // - joiners subscribe, read what is there, pause, `cancel()` (or release)
 //   and read the events stream to its end;
-// - a task that is cancelled keeps subscribing to random topics (the
-//   subscribe-unlock hook sleeps 100 µs inside such a subscribe,
-//   widening the window a cancelled subscribe would leave open);
+// - a task that is cancelled keeps subscribing, to a topic with no real
+//   subscriber when there is one (the subscribe-unlock hook sleeps 100 µs
+//   inside such a subscribe, widening the window a cancelled subscribe
+//   would leave open);
 // - a closer thread (half the rounds) calls finish(topic:) now and then,
 //   and some subscribes finish their own topic from inside their
 //   subscribe(to:) (the subscribe-unlock hook: between its registration and
@@ -26,7 +27,7 @@ import AsyncBroadcastTestSupport
 //   `upstreamReady()`.
 // The round ends with finish() once producers, closer and joiners are done.
 //
-// Checked (see also the invariant list in InvariantChecker):
+// Checked (LifecycleChecker.swift):
 // - Σ `.lagged` == `droppedCount` once a subscriber's events stream has
 //   ended, whatever ended it (eviction, cancel(), finish(topic:), finish());
 //   every `.lagged(n)` has n > 0;
