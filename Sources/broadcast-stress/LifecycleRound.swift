@@ -14,9 +14,10 @@ import AsyncBroadcastTestSupport
 //   the round's finish()), then join again;
 // - joiners subscribe, read what is there, pause, `cancel()` (or release)
 //   and read the events stream to its end;
-// - a task that is cancelled keeps subscribing to random topics (the
-//   subscribe-unlock hook sometimes sleeps 50 µs inside such a subscribe,
-//   widening the window a cancelled subscribe would leave open);
+// - a task that is cancelled keeps subscribing, to a topic with no real
+//   subscriber when there is one (the subscribe-unlock hook sleeps 100 µs
+//   inside such a subscribe, widening the window a cancelled subscribe
+//   would leave open);
 // - a closer thread (half the rounds) calls finish(topic:) now and then,
 //   and some subscribes finish their own topic from inside their
 //   subscribe(to:) (the subscribe-unlock hook: between its registration and
@@ -26,7 +27,7 @@ import AsyncBroadcastTestSupport
 //   `upstreamReady()`.
 // The round ends with finish() once producers, closer and joiners are done.
 //
-// Checked (see also the invariant list in InvariantChecker):
+// Checked (LifecycleChecker.swift):
 // - Σ `.lagged` == `droppedCount` once a subscriber's events stream has
 //   ended, whatever ended it (eviction, cancel(), finish(topic:), finish());
 //   every `.lagged(n)` has n > 0;
@@ -84,13 +85,13 @@ struct LifecycleRoundPlan: Sendable {
         var rng = SplitMix64(seed: seed)
         return LifecycleRoundPlan(
             seed: seed, topics: rng.pick([1, 1, 2, 3, 4]), replay: rng.pick([0, 2, 4, 4, 6]),
-            listener: rng.pick([.none, .none, .none, .register, .slowRegister, .listen, .slowListen]),
+            listener: rng.pick([.none, .none, .none, .none, .register, .slowRegister, .listen, .slowListen]),
             producers: options.producers.map { min($0, 3) } ?? rng.int(in: 1...3),
             itemsPerProducer: rng.int(in: 300...2_000),
             stayers: options.subscribers.map { min($0, 8) } ?? rng.int(in: 1...6),
             joiners: rng.int(in: 1...5), joinsPerJoiner: rng.int(in: 5...40),
             closer: rng.chance(0.5), raceFinish: rng.pick([0, 0.05, 0.2]),
-            cancelledSubscribes: rng.chance(0.6), slowReader: rng.pick([0, 0.02, 0.1]))
+            cancelledSubscribes: rng.chance(0.75), slowReader: rng.pick([0, 0.02, 0.1]))
     }
 
     var summary: String {
@@ -251,7 +252,7 @@ enum LifecycleRoundRunner {
                 // A cancelled subscribe: widen the window between its lock
                 // and its return (where a generation made for it, under the
                 // fault, takes sends into its replay window).
-                if world.plan.cancelledSubscribes { usleepSeconds(0.00005) }
+                if world.plan.cancelledSubscribes { usleepSeconds(0.0001) }
                 return
             }
             guard let race = RaceFinish.current, race.after.value == nil, let topics = weak.topics else { return }
@@ -363,7 +364,12 @@ enum LifecycleRoundRunner {
                             withUnsafeCurrentTask { $0?.cancel() }
                             var rng = SplitMix64(seed: plan.seed ^ 0xCA2C_E11E)
                             while producersDone.value < plan.producers {
-                                cancelledSubscribe(topics, world, topic: rng.int(in: 0...(plan.topics - 1)))
+                                // A topic with no real subscriber if there is
+                                // one: there a subscribe must not create a
+                                // generation.
+                                let idle = (0..<plan.topics).filter { world.tracks[$0].value.live == 0 }
+                                let topic = idle.isEmpty ? rng.int(in: 0...(plan.topics - 1)) : rng.pick(idle)
+                                cancelledSubscribe(topics, world, topic: topic)
                                 if rng.chance(0.5) { sched_yield() }
                             }
                         }
@@ -393,14 +399,14 @@ enum LifecycleRoundRunner {
         var description: String { "\(policy), hard \(hard.map(String.init) ?? "-"), soft \(soft.map(String.init) ?? "-")" }
     }
 
-    static func choose(_ rng: inout SplitMix64) -> Choice {
+    static func choose(_ rng: inout SplitMix64, replay: Int) -> Choice {
         let policy: BroadcastBufferingPolicy = rng.pick([
             .unbounded, .bounded(rng.int(in: 1...4)), .bufferingNewest(rng.int(in: 1...3)), .bufferingOldest(rng.int(in: 1...3)),
         ])
         guard #available(macOS 13, iOS 16, tvOS 16, watchOS 9, *) else { return Choice(policy: policy, eviction: .never, hard: nil, soft: nil) }
-        // Limits around the replay window (up to 6), so that replay
-        // over-fills some subscribers past them.
-        let hard = rng.int(in: 3...12)
+        // Limits around the replay window (up to 6): half of them within
+        // it, so that replay over-fills those subscribers past them.
+        let hard = rng.chance(0.5) ? rng.int(in: 1...max(1, replay)) : rng.int(in: 3...12)
         let soft = rng.int(in: 1...6)
         let softFor = Duration.microseconds(rng.int(in: 200...3_000))
         switch rng.int(in: 0...9) {
@@ -432,7 +438,7 @@ enum LifecycleRoundRunner {
     static func stay(_ topics: Topics, _ world: LifecycleWorld, rng: inout SplitMix64) async {
         let plan = world.plan
         let topic = rng.int(in: 0...(plan.topics - 1))
-        let choice = choose(&rng)
+        let choice = choose(&rng, replay: plan.replay)
         let race = rng.chance(plan.raceFinish) ? RaceFinish(topic: topic) : nil
         let (subscription, finishesDoneBefore, firstAfterReturn) = subscribeReal(topics, world, topic: topic, choice, race: race)
         let ownFinish = race?.after.value
@@ -483,7 +489,7 @@ enum LifecycleRoundRunner {
     static func joinAndLeave(_ topics: Topics, _ world: LifecycleWorld, rng: inout SplitMix64) async {
         let plan = world.plan
         let topic = rng.int(in: 0...(plan.topics - 1))
-        let choice = choose(&rng)
+        let choice = choose(&rng, replay: plan.replay)
         let race = rng.chance(plan.raceFinish) ? RaceFinish(topic: topic) : nil
         // Held only here: a release below lets go of the last reference.
         var subscription: Topics.Subscription? = subscribeReal(topics, world, topic: topic, choice, race: race).0
