@@ -1,5 +1,5 @@
-import _CAtomics  // a spin barrier that TSan sees, without the Synchronization module
 import Foundation
+import _CAtomics  // a spin barrier that TSan sees, without the Synchronization module
 
 /// Hammers one cross-thread handshake on real threads: each round, `setup`
 /// builds a fresh world, two threads are released together by a spin

@@ -107,14 +107,14 @@ public final class ManualClock: Clock, Sendable {
             let continuation: CheckedContinuation<Void, any Error>? = state.withLock { state in
                 switch state.entries[id] {
                 case .registering:
-                    state.entries[id] = .cancelled   // the tombstone
+                    state.entries[id] = .cancelled  // the tombstone
                     return nil
                 case .sleeping(_, let continuation):
                     state.entries[id] = nil
                     state.sleeperCount -= 1
                     return continuation
                 case .cancelled, nil:
-                    return nil   // already resumed by `advance`
+                    return nil  // already resumed by `advance`
                 }
             }
             continuation?.resume(throwing: CancellationError())

@@ -11,14 +11,11 @@ func promiseDemo() async {
 
     let waiters = (1...3).map { number in
         Task { () -> String in
-            do { return "waiter \(number): \(try await config.value)" }
-            catch { return "waiter \(number): \(error)" }
+            do { return "waiter \(number): \(try await config.value)" } catch { return "waiter \(number): \(error)" }
         }
     }
     let impatient = Task { () -> String in
-        do { return "impatient waiter: \(try await config.value)" }
-        catch is CancellationError { return "impatient waiter: cancelled (CancellationError), no longer waiting" }
-        catch { return "impatient waiter: \(error)" }
+        do { return "impatient waiter: \(try await config.value)" } catch is CancellationError { return "impatient waiter: cancelled (CancellationError), no longer waiting" } catch { return "impatient waiter: \(error)" }
     }
     impatient.cancel()
     print(await impatient.value)

@@ -30,7 +30,7 @@ func valueDemo() async {
         var iterator = chartSubscription.makeAsyncIterator()
         if let first = await iterator.next() { drawn.append(first) }
         chartReadFirst.succeed()
-        try? await chartMayContinue.value        // busy elsewhere until told
+        try? await chartMayContinue.value  // busy elsewhere until told
         while let value = await iterator.next() { drawn.append(value) }
         return drawn
     }
@@ -41,8 +41,8 @@ func valueDemo() async {
         temperature.send(value)
         await waitUntil(displayed, shows: value)
     }
-    temperature.send(25)                         // equal to the current value: not a change
-    let before = temperature.update { value in   // atomic read-modify-write
+    temperature.send(25)  // equal to the current value: not a change
+    let before = temperature.update { value in  // atomic read-modify-write
         let old = value
         value += 1
         return old
@@ -51,7 +51,7 @@ func valueDemo() async {
     print("update: \(before) -> \(temperature.value) (value, read without waiting)")
 
     chartMayContinue.succeed()
-    temperature.finish()                         // each subscriber gets what it has not seen, then the end
+    temperature.finish()  // each subscriber gets what it has not seen, then the end
 
     let shown = await display.value
     let drawn = await chart.value

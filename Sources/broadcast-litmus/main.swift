@@ -3,6 +3,7 @@
 // weak-memory model. Prints a line per check and `N passed, N failed` last.
 @_spi(Testing) import AsyncBroadcast
 @_spi(Testing) import LitmusRows
+
 #if canImport(Glibc)
 import Glibc
 #endif

@@ -117,8 +117,10 @@ enum Consumer {
         box.take()?.makeAsyncIterator()
     }
 
-    private static func expectEnd(_ iterator: inout Stream.Subscription.AsyncIterator, after what: String,
-                                  into record: inout ConsumerRecord) async {
+    private static func expectEnd(
+        _ iterator: inout Stream.Subscription.AsyncIterator, after what: String,
+        into record: inout ConsumerRecord
+    ) async {
         do {
             if let item = try await iterator.next() {
                 record.notes.append("next() returned \(Item.describe(item.key)) after \(what)")

@@ -240,7 +240,8 @@ enum InvariantChecker {
         let maxSubscribers = plan.subscribers.count
         for (key, result, elements) in deliveredResults {
             if result.delivered < minDelivered * elements || result.delivered + result.dropped < minTotal * elements
-                || result.delivered > maxSubscribers * elements || result.dropped > maxSubscribers * elements {
+                || result.delivered > maxSubscribers * elements || result.dropped > maxSubscribers * elements
+            {
                 let per = elements > 1 ? " per element of a batch of \(elements)" : ""
                 out.add("send result counts", "\(Item.describe(key)): \(resultText(result)); expected delivered >= \(minDelivered), delivered + dropped >= \(minTotal) (early subscribers that live through), each <= \(maxSubscribers) (all subscribers)\(per)")
             }
@@ -261,7 +262,8 @@ enum InvariantChecker {
                 let first = key - place.position
                 var seen: [Int] = []
                 while index < record.received.count, let next = batchPlace[record.received[index]],
-                      record.received[index] - next.position == first {
+                    record.received[index] - next.position == first
+                {
                     seen.append(next.position)
                     index += 1
                 }
@@ -275,7 +277,9 @@ enum InvariantChecker {
                     allowed = seen == Array(0..<seen.count) && seen.count <= n ? nil : "a prefix of at most \(n)"
                 case .bufferingNewest(let n):
                     let kept = max(n, replayed)
-                    allowed = seen.allSatisfy { $0 >= length - kept } ? nil
+                    allowed =
+                        seen.allSatisfy { $0 >= length - kept }
+                        ? nil
                         : "only elements among its last \(kept)\(kept > n ? " (replay may have over-filled it)" : "")"
                 case .unbounded, .bounded:
                     allowed = nil
@@ -300,7 +304,9 @@ enum InvariantChecker {
             for key in record.received {
                 let producer = Item.producer(of: key), index = Item.index(of: key)
                 if let previous = last[producer], index <= previous {
-                    out.add("per-producer order", index == previous
+                    out.add(
+                        "per-producer order",
+                        index == previous
                             ? "\(name) received \(Item.describe(key)) twice"
                             : "\(name) received \(Item.describe(key)) after p\(producer)#\(previous)")
                 }
@@ -334,7 +340,8 @@ enum InvariantChecker {
             // had not finished. (One made after finish ignores its task's
             // cancellation and yields the whole replay window.)
             if let cancelledAt = record.ownTaskCancelledAfter,
-               order.contains(where: { mustReach($0, join) }) {
+                order.contains(where: { mustReach($0, join) })
+            {
                 let unchecked = (32 - cancelledAt % 32) % 32  // calls before the next look at the flag
                 let after = record.received.count - cancelledAt
                 if after > unchecked {
@@ -357,7 +364,8 @@ enum InvariantChecker {
                 }
                 if case .externalCancel = subscriber.leave { readToEnd = false }
                 if record.received.count > window.count || Array(window.prefix(record.received.count)) != record.received
-                    || (readToEnd && record.received.count != window.count) {
+                    || (readToEnd && record.received.count != window.count)
+                {
                     out.add("replay", "\(name) subscribed after a finish returned, so it gets exactly the replay window (\(readToEnd ? "" : "a prefix of ")\(keys(window))), but received \(keys(record.received))")
                 }
                 continue
@@ -433,7 +441,9 @@ enum InvariantChecker {
 
         // 9. Terminal.
         let finishers = observation.executedFinishers
-        let codes = finishers.compactMap { kind -> Int? in if case .throwing(let code) = kind { return code }; return nil }
+        let codes = finishers.compactMap { kind -> Int? in
+            if case .throwing(let code) = kind { return code }; return nil
+        }
         let witnessEnd = witness.end
         let expectation: String
         let allowed: (ConsumerEnd) -> Bool
@@ -442,10 +452,14 @@ enum InvariantChecker {
             allowed = { $0 == .end }
         } else if codes.count == finishers.count {
             expectation = "one of the errors \(codes) (only finish(throwing:) ran)"
-            allowed = { if case .error(let code) = $0 { return codes.contains(code) }; return false }
+            allowed = {
+                if case .error(let code) = $0 { return codes.contains(code) }; return false
+            }
         } else {
             expectation = "nil or one of the errors \(codes) (finish() raced finish(throwing:))"
-            allowed = { if case .error(let code) = $0 { return codes.contains(code) }; return $0 == .end }
+            allowed = {
+                if case .error(let code) = $0 { return codes.contains(code) }; return $0 == .end
+            }
         }
         for (id, end) in livedEnds {
             if !allowed(end) {

@@ -60,8 +60,9 @@ struct LifecycleReading {
         guard let hard = choice.hard else { return }
         let held = subscription.bufferedCount
         if held > max(hard, initial) {
-            world.report("eviction: never more than the hard limit",
-                         "topic \(topic), \(choice.description): holds \(held), started with \(initial)")
+            world.report(
+                "eviction: never more than the hard limit",
+                "topic \(topic), \(choice.description): holds \(held), started with \(initial)")
         }
     }
 
@@ -70,8 +71,9 @@ struct LifecycleReading {
         let dropped = subscription.droppedCount
         let evicted = subscription.isEvicted
         if lagSum != dropped {
-            world.report("Σ lagged == droppedCount",
-                         "topic \(topic), \(choice.description), ended by \(how)\(evicted ? " (evicted)" : ""): .lagged counts add up to \(lagSum), droppedCount \(dropped)")
+            world.report(
+                "Σ lagged == droppedCount",
+                "topic \(topic), \(choice.description), ended by \(how)\(evicted ? " (evicted)" : ""): .lagged counts add up to \(lagSum), droppedCount \(dropped)")
         }
         guard evicted else { return }
         world.evictions.withLock { $0 += 1 }
@@ -82,13 +84,13 @@ struct LifecycleReading {
             let hardCannot = choice.hard.map { capacity <= $0 } ?? true
             let softCannot = choice.soft.map { capacity <= $0 && initial <= $0 } ?? true
             if hardCannot && softCannot {
-                world.report("eviction: a lossy subscriber within its limits is never evicted",
-                             "topic \(topic), \(choice.description), started holding \(initial): evicted, although its policy never lets a send make it hold more than its limit")
+                world.report(
+                    "eviction: a lossy subscriber within its limits is never evicted",
+                    "topic \(topic), \(choice.description), started holding \(initial): evicted, although its policy never lets a send make it hold more than its limit")
             }
         }
     }
 }
-
 
 enum LifecycleChecker {
     static func checkStays(_ world: LifecycleWorld) {
@@ -119,11 +121,13 @@ enum LifecycleChecker {
                 if record.neverDrops {
                     if !expected.starts(with: got) {
                         let gap = zip(expected, got).first { $0 != $1 }.map { "item \($0.0) missing, \($0.1) received" } ?? "more than sent"
-                        world.report("no missed send after subscribe(to:) returned",
-                                     "topic \(record.topic), \(record.description), producer \(producer): \(gap) (received \(got.count) of the \(expected.count) stamped from \(record.firstAfterReturn) on)")
+                        world.report(
+                            "no missed send after subscribe(to:) returned",
+                            "topic \(record.topic), \(record.description), producer \(producer): \(gap) (received \(got.count) of the \(expected.count) stamped from \(record.firstAfterReturn) on)")
                     } else if record.complete && got.count != expected.count {
-                        world.report("no missed send after subscribe(to:) returned",
-                                     "topic \(record.topic), \(record.description), producer \(producer): ended by finish(), received \(got.count) of the \(expected.count) items stamped after its subscribe(to:) returned (first missing \(expected[start + got.count]))")
+                        world.report(
+                            "no missed send after subscribe(to:) returned",
+                            "topic \(record.topic), \(record.description), producer \(producer): ended by finish(), received \(got.count) of the \(expected.count) items stamped after its subscribe(to:) returned (first missing \(expected[start + got.count]))")
                     }
                 } else {
                     // Received ones are distinct (each producer's order is
@@ -132,8 +136,9 @@ enum LifecycleChecker {
                 }
             }
             if !record.neverDrops && record.complete && missing > record.dropped {
-                world.report("no missed send after subscribe(to:) returned",
-                             "topic \(record.topic), \(record.description): \(missing) items stamped after its subscribe(to:) returned never arrived, but droppedCount is \(record.dropped)")
+                world.report(
+                    "no missed send after subscribe(to:) returned",
+                    "topic \(record.topic), \(record.description): \(missing) items stamped after its subscribe(to:) returned never arrived, but droppedCount is \(record.dropped)")
             }
         }
         guard world.plan.listener == .none else { return }
@@ -143,8 +148,9 @@ enum LifecycleChecker {
             for seq in seqs where unwatched[topic].contains(seq) {
                 reported += 1
                 if reported <= 2 {
-                    world.report("a send to a topic that is not live keeps nothing",
-                                 "topic \(topic): a real subscriber received item \(seq), sent while no real subscriber existed or was subscribing (replay \(world.plan.replay))")
+                    world.report(
+                        "a send to a topic that is not live keeps nothing",
+                        "topic \(topic): a real subscriber received item \(seq), sent while no real subscriber existed or was subscribing (replay \(world.plan.replay))")
                 }
             }
         }

@@ -1,10 +1,11 @@
+@_spi(Testing) import AsyncBroadcast
+import AsyncBroadcastTestSupport
+
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Darwin)
 import Darwin
 #endif
-@_spi(Testing) import AsyncBroadcast
-import AsyncBroadcastTestSupport
 
 // Lifecycle rounds: the v5 surface of `BroadcastTopics` under real threads.
 // A few topics (1-4) with replay; producer threads send items stamped with a
@@ -63,7 +64,12 @@ struct LifeItem: Sendable {
 }
 
 struct LifecycleRoundPlan: Sendable {
-    enum Listener: String, Sendable { case none, register, slowRegister = "slow register", listen, slowListen = "slow listen" }
+    enum Listener: String, Sendable {
+        case none, register
+        case slowRegister = "slow register"
+        case listen
+        case slowListen = "slow listen"
+    }
 
     let seed: UInt64
     let topics: Int
@@ -151,7 +157,9 @@ final class LifecycleWorld: Sendable {
     /// A listener's registration: its sink feeds the producers' listener
     /// items; it says ready at once. Returns its unregister.
     func listening(_ topic: Int, _ sink: BroadcastSink<LifeItem, Never>) -> @Sendable () -> Void {
-        let id = registrations.withLock { $0 += 1; return $0 }
+        let id = registrations.withLock {
+            $0 += 1; return $0
+        }
         sinks.withLock { $0[topic] = (id, sink) }
         sink.ready()
         return { [self] in sinks.withLock { if $0[topic]?.0 == id { $0[topic] = nil } } }
@@ -196,12 +204,14 @@ enum LifecycleRoundRunner {
         var topics: Topics? = makeTopics(plan, world)
         weak let weakTopics = topics
         let holder = Locked<Topics?>(topics)
-        watchdog.beginRound(.init(number: 0, header: header, deadlineAt: start + options.deadline, deadline: options.deadline,
-                                  sequenceState: {
-            guard let topics = holder.value else { return "topics released" }
-            let counters = topics.topicsCounters
-            return "live \(counters.live), retiring \(counters.retiring), blocked starts \(counters.blockedStarts)"
-        }))
+        watchdog.beginRound(
+            .init(
+                number: 0, header: header, deadlineAt: start + options.deadline, deadline: options.deadline,
+                sequenceState: {
+                    guard let topics = holder.value else { return "topics released" }
+                    let counters = topics.topicsCounters
+                    return "live \(counters.live), retiring \(counters.retiring), blocked starts \(counters.blockedStarts)"
+                }))
         defer { watchdog.endRound() }
         await exercise(topics!, world)
         holder.value = nil
@@ -218,9 +228,10 @@ enum LifecycleRoundRunner {
         Coverage.add("lifecycle raced finishes", world.raced.value)
         Coverage.add("lifecycle unwatched sends", world.tracks.reduce(0) { $0 + $1.value.unwatched.count })
         Coverage.add("lifecycle evictions", world.evictions.value)
-        return RoundReport(violations: out.all, duration: monotonicSeconds() - start,
-                           ops: plan.producers * plan.itemsPerProducer + plan.joiners * plan.joinsPerJoiner,
-                           delivered: 0, received: world.received.value)
+        return RoundReport(
+            violations: out.all, duration: monotonicSeconds() - start,
+            ops: plan.producers * plan.itemsPerProducer + plan.joiners * plan.joinsPerJoiner,
+            delivered: 0, received: world.received.value)
     }
 
     static func makeTopics(_ plan: LifecycleRoundPlan, _ world: LifecycleWorld) -> Topics {
@@ -233,17 +244,21 @@ enum LifecycleRoundRunner {
             topics = Topics(replay: plan.replay)
         case .register, .slowRegister:
             let slow = plan.listener == .slowRegister
-            topics = Topics(replay: plan.replay, register: { topic, sink in
-                if slow { usleepSeconds(0.0005) }  // on the subscriber's thread, inside its subscribe(to:)
-                return world.listening(topic, sink)
-            })
+            topics = Topics(
+                replay: plan.replay,
+                register: { topic, sink in
+                    if slow { usleepSeconds(0.0005) }  // on the subscriber's thread, inside its subscribe(to:)
+                    return world.listening(topic, sink)
+                })
         case .listen, .slowListen:
             let slow = plan.listener == .slowListen
-            topics = Topics(replay: plan.replay, listen: { topic, sink in
-                if slow { try? await Task.sleep(nanoseconds: 300_000) }
-                let stop = world.listening(topic, sink)
-                return { stop() }
-            })
+            topics = Topics(
+                replay: plan.replay,
+                listen: { topic, sink in
+                    if slow { try? await Task.sleep(nanoseconds: 300_000) }
+                    let stop = world.listening(topic, sink)
+                    return { stop() }
+                })
         }
         let weak = WeakTopics()
         weak.set(topics)
@@ -290,8 +305,11 @@ enum LifecycleRoundRunner {
                         return (seq, track.live > 0 ? -1 : track.epoch)
                     }
                     if batch {
-                        topics.send(contentsOf: [LifeItem(topic: topic, source: producer, seq: seq),
-                                                 LifeItem(topic: topic, source: producer, seq: seq + 1)], to: topic)
+                        topics.send(
+                            contentsOf: [
+                                LifeItem(topic: topic, source: producer, seq: seq),
+                                LifeItem(topic: topic, source: producer, seq: seq + 1),
+                            ], to: topic)
                         log.append((topic, seq))
                         log.append((topic, seq + 1))
                     } else {
@@ -420,8 +438,10 @@ enum LifecycleRoundRunner {
     }
 
     /// A real subscribe, counted in its topic's track first.
-    static func subscribeReal(_ topics: Topics, _ world: LifecycleWorld, topic: Int, _ choice: Choice,
-                              race: RaceFinish?) -> (Topics.Subscription, finishesDoneBefore: Int, firstAfterReturn: Int) {
+    static func subscribeReal(
+        _ topics: Topics, _ world: LifecycleWorld, topic: Int, _ choice: Choice,
+        race: RaceFinish?
+    ) -> (Topics.Subscription, finishesDoneBefore: Int, firstAfterReturn: Int) {
         let finishesDoneBefore = world.tracks[topic].withLock { track in
             track.live += 1
             track.epoch += 1
@@ -468,14 +488,17 @@ enum LifecycleRoundRunner {
         let finishesNow = world.tracks[topic].withLock { $0.finishesStarted }
         reading.checkEnd(subscription, world, how: finishBegun ? "finish() or an earlier cause" : "finish(topic:) or eviction")
         if !evicted && !finishBegun, let ownFinish, ownFinish.alone, finishesNow == ownFinish.started {
-            world.report("no missed send: subscribe(to:) racing finish(topic:)",
-                         "topic \(topic), \(choice.description): its stream ended before finish(), unevicted, and the only finish(topic:) of its topic since it subscribed was the one that ran inside its subscribe(to:), before the return")
+            world.report(
+                "no missed send: subscribe(to:) racing finish(topic:)",
+                "topic \(topic), \(choice.description): its stream ended before finish(), unevicted, and the only finish(topic:) of its topic since it subscribed was the one that ran inside its subscribe(to:), before the return")
         }
         let complete = !evicted && finishBegun && finishesNow == finishesDoneBefore
         world.stays.withLock {
-            $0.append(StayRecord(topic: topic, description: choice.description, neverDrops: choice.neverDrops,
-                                 firstAfterReturn: firstAfterReturn, received: reading.received,
-                                 dropped: subscription.droppedCount, evicted: evicted, complete: complete))
+            $0.append(
+                StayRecord(
+                    topic: topic, description: choice.description, neverDrops: choice.neverDrops,
+                    firstAfterReturn: firstAfterReturn, received: reading.received,
+                    dropped: subscription.droppedCount, evicted: evicted, complete: complete))
         }
         finishUnwatched(reading, world)
         world.received.withLock { $0 += reading.count }

@@ -38,8 +38,10 @@ struct LitmusRoundPlan: Sendable {
 enum LitmusRoundRunner {
     static func run(_ plan: LitmusRoundPlan, header: [String], options: Options) async -> RoundReport {
         let start = monotonicSeconds()
-        watchdog.beginRound(.init(number: 0, header: header, deadlineAt: start + options.deadline,
-                                  deadline: options.deadline, sequenceState: { plan.summary }))
+        watchdog.beginRound(
+            .init(
+                number: 0, header: header, deadlineAt: start + options.deadline,
+                deadline: options.deadline, sequenceState: { plan.summary }))
         defer { watchdog.endRound() }
         let outcome: LitmusPair.Outcome = await withUnsafeContinuation { continuation in
             Thread.detachNewThread {
@@ -50,8 +52,9 @@ enum LitmusRoundRunner {
         for failure in outcome.failures {
             violations.add("litmus row \(plan.row)", "\(plan.policy): \(failure) (\(outcome.failedRounds) of \(outcome.rounds) pairs failed)")
         }
-        return RoundReport(violations: violations.all, duration: monotonicSeconds() - start,
-                           ops: outcome.rounds, delivered: 0, received: 0)
+        return RoundReport(
+            violations: violations.all, duration: monotonicSeconds() - start,
+            ops: outcome.rounds, delivered: 0, received: 0)
     }
 
     final class World: @unchecked Sendable {
@@ -101,7 +104,8 @@ enum LitmusRoundRunner {
         } check: { world in
             switch row {
             case 2:
-                return world.sequence.subscriberCount == 0 ? nil
+                return world.sequence.subscriberCount == 0
+                    ? nil
                     : "a finished subscriber that took its last element is still counted"
             case 5:
                 return LitmusPair.waitFor(world.done, "the emitter")

@@ -38,7 +38,8 @@ struct MemoryTrend {
         guard last > 0 else { return (true, "VmRSS unavailable") }
         let allowed = max(64 * 1024 * 1024, baseline / 2)
         let growth = last - baseline
-        let figures = "RSS after warm-up \(formatMB(baseline)), final \(formatMB(last)), peak \(formatMB(peak)), "
+        let figures =
+            "RSS after warm-up \(formatMB(baseline)), final \(formatMB(last)), peak \(formatMB(peak)), "
             + "growth \(growth >= 0 ? "+" : "-")\(formatMB(abs(growth))) (allowed +\(formatMB(allowed))) over \(roundsAfterWarmUp) rounds after warm-up"
         guard roundsAfterWarmUp >= 3 else { return (true, figures + "; too few rounds to judge") }
         return growth > allowed ? (false, figures + ": GROWING") : (true, figures + ": flat")

@@ -17,38 +17,38 @@ struct Options: Sendable {
     var deadline: Double = 20
 
     static let usage = """
-    usage: broadcast-stress [--seconds N] [--rounds N] [--seed S] [--round-seed S]
-                            [--producers N] [--subscribers N] [--deadline SECONDS] [--quiet]
-                            [--kinds sequence,value,promise,sharing,litmus,topics,lifecycle,large-n]
+        usage: broadcast-stress [--seconds N] [--rounds N] [--seed S] [--round-seed S]
+                                [--producers N] [--subscribers N] [--deadline SECONDS] [--quiet]
+                                [--kinds sequence,value,promise,sharing,litmus,topics,lifecycle,large-n]
 
-      --seconds N       time budget (default 10 unless --rounds is given)
-      --rounds N        stop after N rounds
-      --seed S          master seed (decimal or 0x-hex): replays the exact round sequence
-      --round-seed S    run every round with this round seed (replay one failing round)
-      --producers N     producers per round (default: random 1...8; value rounds 1...6;
-                        promise rounds: completers, 1...6; sharing rounds: listener
-                        threads per registration, 1...3, at most 4; topics rounds:
-                        producer threads, 1...4, at most 4; lifecycle
-                        rounds: producer threads, 1...3, at most 3)
-      --subscribers N   subscribers per round, besides the witness (default: random 1...64;
-                        value rounds 1...48; promise rounds: waiters, 1...10000;
-                        sharing rounds: subscribers per wave, 1...24; topics
-                        rounds: subscriber tasks, 2...16, at most 24;
-                        lifecycle rounds: stayers, 1...6, at most 8)
-      --deadline S      seconds a round may take before it fails as hung (default 20)
-      --kinds K,...     only these round kinds (default: all; about 48% sequence,
-                        11% BroadcastValue, 7% BroadcastPromise, 12% sharing
-                        (a shared upstream or listener), 7% litmus (one
-                        cross-thread handshake on two threads, many times),
-                        8% topics (BroadcastTopics, topics coming and going),
-                        8% lifecycle (topics' events, eviction, cancelled
-                        subscribes, finish(topic:) racing subscribes)
-                        rounds); large-n (sequence rounds with 1,000-4,000
-                        subscribers joining and leaving while producers send)
-                        runs only when named; a --round-seed replay needs the
-                        same --kinds
-      --quiet           print only the seed, failures and the summary
-    """
+          --seconds N       time budget (default 10 unless --rounds is given)
+          --rounds N        stop after N rounds
+          --seed S          master seed (decimal or 0x-hex): replays the exact round sequence
+          --round-seed S    run every round with this round seed (replay one failing round)
+          --producers N     producers per round (default: random 1...8; value rounds 1...6;
+                            promise rounds: completers, 1...6; sharing rounds: listener
+                            threads per registration, 1...3, at most 4; topics rounds:
+                            producer threads, 1...4, at most 4; lifecycle
+                            rounds: producer threads, 1...3, at most 3)
+          --subscribers N   subscribers per round, besides the witness (default: random 1...64;
+                            value rounds 1...48; promise rounds: waiters, 1...10000;
+                            sharing rounds: subscribers per wave, 1...24; topics
+                            rounds: subscriber tasks, 2...16, at most 24;
+                            lifecycle rounds: stayers, 1...6, at most 8)
+          --deadline S      seconds a round may take before it fails as hung (default 20)
+          --kinds K,...     only these round kinds (default: all; about 48% sequence,
+                            11% BroadcastValue, 7% BroadcastPromise, 12% sharing
+                            (a shared upstream or listener), 7% litmus (one
+                            cross-thread handshake on two threads, many times),
+                            8% topics (BroadcastTopics, topics coming and going),
+                            8% lifecycle (topics' events, eviction, cancelled
+                            subscribes, finish(topic:) racing subscribes)
+                            rounds); large-n (sequence rounds with 1,000-4,000
+                            subscribers joining and leaving while producers send)
+                            runs only when named; a --round-seed replay needs the
+                            same --kinds
+          --quiet           print only the seed, failures and the summary
+        """
 
     enum ParseError: Error, CustomStringConvertible {
         case message(String)

@@ -42,8 +42,10 @@ enum Producer {
             next += elements
             if elements > 1 {
                 let (outcome, finishSeen) = sendBatch(context, plan, sequence, first: first, elements: elements)
-                record.ops.append(OpRecord(kind: .send, outcome: outcome, finishSeenBefore: finishSeen,
-                                           firstIndex: first, elements: elements))
+                record.ops.append(
+                    OpRecord(
+                        kind: .send, outcome: outcome, finishSeenBefore: finishSeen,
+                        firstIndex: first, elements: elements))
                 if plan.yieldEvery > 0 && index % plan.yieldEvery == 0 { await Task.yield() }
                 continue
             }
@@ -107,8 +109,10 @@ enum Producer {
             next += elements
             if elements > 1 {
                 let (outcome, finishSeen) = sendBatch(context, plan, sequence, first: first, elements: elements)
-                record.ops.append(OpRecord(kind: .send, outcome: outcome, finishSeenBefore: finishSeen,
-                                           firstIndex: first, elements: elements))
+                record.ops.append(
+                    OpRecord(
+                        kind: .send, outcome: outcome, finishSeenBefore: finishSeen,
+                        firstIndex: first, elements: elements))
             } else {
                 let item = Item(producer: plan.id, index: first, payload: plan.payload)
                 let finishSeen = context.beginOp(producer: plan.id, index: first, kind: .send)
@@ -125,8 +129,10 @@ enum Producer {
     /// The join bracket treats them as one operation: all of them start
     /// before the call and complete after it (the sequence takes a batch in
     /// one step, so a subscriber registers before all of it or after).
-    private static func sendBatch(_ context: RoundContext, _ plan: ProducerPlan, _ sequence: Stream,
-                                  first: Int, elements: Int) -> (OpOutcome, Bool) {
+    private static func sendBatch(
+        _ context: RoundContext, _ plan: ProducerPlan, _ sequence: Stream,
+        first: Int, elements: Int
+    ) -> (OpOutcome, Bool) {
         let items = (first..<(first + elements)).map { Item(producer: plan.id, index: $0, payload: plan.payload) }
         let last = first + elements - 1
         let finishSeen = context.beginOp(producer: plan.id, index: last, kind: .send)

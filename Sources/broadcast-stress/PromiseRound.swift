@@ -85,18 +85,21 @@ struct PromiseRoundPlan: Sendable {
         var rng = SplitMix64(seed: seed)
         let churnWaveSize = rng.int(in: 1...64)
         let churnWaves = 6 + 128 / churnWaveSize
-        let waiters = options.subscribers ?? {
-            switch rng.weighted([35, 40, 20, 5]) {
-            case 0: return rng.int(in: 1...16)
-            case 1: return rng.int(in: 17...400)
-            case 2: return rng.int(in: 401...3000)
-            default: return rng.int(in: 3001...10_000)
-            }
-        }()
+        let waiters =
+            options.subscribers
+            ?? {
+                switch rng.weighted([35, 40, 20, 5]) {
+                case 0: return rng.int(in: 1...16)
+                case 1: return rng.int(in: 17...400)
+                case 2: return rng.int(in: 401...3000)
+                default: return rng.int(in: 3001...10_000)
+                }
+            }()
         let completerCount = rng.chance(0.1) ? 0 : (options.producers ?? rng.int(in: 1...6))
         let completers = (0..<completerCount).map { id in
-            CompleterPlan(id: id, onThread: rng.chance(0.5), kind: rng.chance(0.5) ? .succeed : .fail(1000 + id),
-                          spins: rng.chance(0.5) ? 0 : rng.int(in: 1...200))
+            CompleterPlan(
+                id: id, onThread: rng.chance(0.5), kind: rng.chance(0.5) ? .succeed : .fail(1000 + id),
+                spins: rng.chance(0.5) ? 0 : rng.int(in: 1...200))
         }
         return PromiseRoundPlan(
             seed: seed, churnWaves: churnWaves, churnWaveSize: churnWaveSize, churnCancel: rng.pick(ChurnCancel.allCases),
@@ -128,7 +131,11 @@ private final class WaiterCensus: Sendable {
     }
     private let state = Locked(State())
 
-    func enter() { state.withLock { $0.live += 1; $0.maxLive = max($0.maxLive, $0.live) } }
+    func enter() {
+        state.withLock {
+            $0.live += 1; $0.maxLive = max($0.maxLive, $0.live)
+        }
+    }
     func leave() { state.withLock { $0.live -= 1 } }
     var live: Int { state.withLock { $0.live } }
     var maxLive: Int { state.withLock { $0.maxLive } }
@@ -153,11 +160,13 @@ enum PromiseRoundRunner {
         var promise: Promise? = Promise()
         weak let weakPromise = promise
         let holder = Locked<Promise?>(promise)
-        watchdog.beginRound(.init(number: 0, header: header, deadlineAt: start + options.deadline, deadline: options.deadline,
-                                  sequenceState: {
-            guard let promise = holder.withLock({ $0 }) else { return "promise released" }
-            return "waiterCount \(promise.waiterCount), waiterSlotCapacity \(promise.waiterSlotCapacity), result \(promise.result.map(describe) ?? "nil"), live waiter tasks \(census.live)"
-        }))
+        watchdog.beginRound(
+            .init(
+                number: 0, header: header, deadlineAt: start + options.deadline, deadline: options.deadline,
+                sequenceState: {
+                    guard let promise = holder.withLock({ $0 }) else { return "promise released" }
+                    return "waiterCount \(promise.waiterCount), waiterSlotCapacity \(promise.waiterSlotCapacity), result \(promise.result.map(describe) ?? "nil"), live waiter tasks \(census.live)"
+                }))
         defer { watchdog.endRound() }
         let phase = Locked("churn")
         _ = watchdog.register { "promise round, phase: \(phase.value)" }
@@ -277,7 +286,8 @@ enum PromiseRoundRunner {
         // already: wait for the others to park.
         let leaked = leakedAfterChurn > 0 ? leakedAfterChurn + cancelledEarly.count : 0
         if !(await awaitWaiterCount(promise!, remaining, baseline: leaked, timeout: options.deadline * 0.3))
-            || promise!.waiterCount != remaining {
+            || promise!.waiterCount != remaining
+        {
             out.add("waiterCount", "\(promise!.waiterCount) with \(remaining) waiters parked (\(waiters.count) started, \(cancelledEarly.count) cancelled and returned)")
         }
         let capacity = promise!.waiterSlotCapacity
@@ -420,12 +430,15 @@ enum PromiseRoundRunner {
             LiveObjects.count.withLock { $0 = 0 }
         }
         Coverage.add(plan.completers.isEmpty ? "rounds:promise:never-completed" : "rounds:promise")
-        return RoundReport(violations: out.all, duration: monotonicSeconds() - start, ops: plan.completers.count,
-                           delivered: plan.completers.count, received: total)
+        return RoundReport(
+            violations: out.all, duration: monotonicSeconds() - start, ops: plan.completers.count,
+            delivered: plan.completers.count, received: total)
     }
 
-    private static func complete(_ promise: Promise, _ completer: CompleterPlan, _ withObjects: Bool,
-                                 _ go: Locked<Bool>) -> (Int, Bool, WaiterOutcome?) {
+    private static func complete(
+        _ promise: Promise, _ completer: CompleterPlan, _ withObjects: Bool,
+        _ go: Locked<Bool>
+    ) -> (Int, Bool, WaiterOutcome?) {
         for _ in 0..<completer.spins where !go.value { break }  // a short, uneven delay
         let won: Bool
         switch completer.kind {

@@ -15,8 +15,9 @@ struct JoinInfo: Sendable {
     let afterFinish: Bool
 
     static func beforeSending(producers: Int) -> JoinInfo {
-        JoinInfo(completedBefore: Array(repeating: 0, count: producers),
-                 startedAfter: Array(repeating: 0, count: producers), afterFinish: false)
+        JoinInfo(
+            completedBefore: Array(repeating: 0, count: producers),
+            startedAfter: Array(repeating: 0, count: producers), afterFinish: false)
     }
 
     /// Whether every operation of every producer is on a known side of the subscription.

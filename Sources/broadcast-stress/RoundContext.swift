@@ -27,9 +27,11 @@ final class RoundContext: Sendable {
             SubscriberSlot(plan: $0, policy: plan.effectivePolicy(of: $0), summary: plan.describe($0))
         }
         let count = plan.producers.count
-        production = Locked(Production(started: Array(repeating: 0, count: count),
-                                       completed: Array(repeating: 0, count: count),
-                                       currentKind: Array(repeating: nil, count: count)))
+        production = Locked(
+            Production(
+                started: Array(repeating: 0, count: count),
+                completed: Array(repeating: 0, count: count),
+                currentKind: Array(repeating: nil, count: count)))
     }
 
     // MARK: Producer bookkeeping

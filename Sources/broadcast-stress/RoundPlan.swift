@@ -196,13 +196,15 @@ struct RoundPlan: Sendable {
         }
 
         let producerCount = options.producers ?? rng.int(in: 1...8)
-        let subscriberCount = options.subscribers ?? {
-            switch rng.weighted([50, 30, 20]) {
-            case 0: return rng.int(in: 1...8)
-            case 1: return rng.int(in: 9...24)
-            default: return rng.int(in: 25...64)
-            }
-        }()
+        let subscriberCount =
+            options.subscribers
+            ?? {
+                switch rng.weighted([50, 30, 20]) {
+                case 0: return rng.int(in: 1...8)
+                case 1: return rng.int(in: 9...24)
+                default: return rng.int(in: 25...64)
+                }
+            }()
         let defaultPolicy = randomPolicy()
 
         // Size: most rounds are short; deliveries are capped so that a
@@ -239,8 +241,11 @@ struct RoundPlan: Sendable {
             producers[spot.producer].actions[spot.op, default: []].append(action)
         }
 
-        var subscribers = [SubscriberPlan(id: 0, policy: .explicit(.unbounded), join: .beforeSending,
-                                          leave: .stay, slowness: .fast, isWitness: true)]
+        var subscribers = [
+            SubscriberPlan(
+                id: 0, policy: .explicit(.unbounded), join: .beforeSending,
+                leave: .stay, slowness: .fast, isWitness: true)
+        ]
         for id in 1...subscriberCount {
             var policy: PolicyChoice = rng.chance(0.1) ? .sequenceDefault : .explicit(randomPolicy())
             var join = JoinPlan.beforeSending
@@ -284,8 +289,10 @@ struct RoundPlan: Sendable {
             case 2: slowness = .sleeping(every: rng.int(in: 1...16), micros: rng.int(in: 20...500), maxSleeps: 30)
             default: slowness = .fast
             }
-            subscribers.append(SubscriberPlan(id: id, policy: policy, join: join, leave: leave,
-                                              slowness: slowness, isWitness: false))
+            subscribers.append(
+                SubscriberPlan(
+                    id: id, policy: policy, join: join, leave: leave,
+                    slowness: slowness, isWitness: false))
             switch join {
             case .beforeSending: break
             case .late(let spot): attach(.join(subscriber: id), at: spot)
@@ -312,8 +319,9 @@ struct RoundPlan: Sendable {
         }
         // Drawn last, so the rest of a round's plan does not depend on it.
         let replay = [0, 1, 2, 3, 8, 64][rng.weighted([45, 15, 10, 10, 10, 10])]
-        return RoundPlan(seed: seed, defaultPolicy: defaultPolicy, replay: replay, producers: producers,
-                         subscribers: subscribers, finishMode: finishMode, finishers: finishers)
+        return RoundPlan(
+            seed: seed, defaultPolicy: defaultPolicy, replay: replay, producers: producers,
+            subscribers: subscribers, finishMode: finishMode, finishers: finishers)
     }
 
     // MARK: Description
@@ -324,8 +332,12 @@ struct RoundPlan: Sendable {
         let emitters = producers.filter { $0.emitChance > 0 }.count
         let cancellers = producers.filter { $0.cancellableChance > 0 }.count
         let joins = subscribers.dropFirst()
-        let late = joins.filter { if case .late = $0.join { return true }; return false }.count
-        let inConsumer = joins.filter { if case .inConsumer = $0.join { return true }; return false }.count
+        let late = joins.filter {
+            if case .late = $0.join { return true }; return false
+        }.count
+        let inConsumer = joins.filter {
+            if case .inConsumer = $0.join { return true }; return false
+        }.count
         let leaving = joins.filter { !$0.livesThrough }.count
         let finish = finishers.map(\.kind.description).joined(separator: ",")
         return "P=\(producers.count) (\(threads) thread, \(emitters) emit, \(cancellers) cancel-emit) "
@@ -339,19 +351,21 @@ struct RoundPlan: Sendable {
         lines.append("default policy \(defaultPolicy.short), replay \(replay), finish mode \(finishMode)")
         for producer in producers {
             let actions = producer.actions.keys.sorted().map { op in
-                "\(op):" + producer.actions[op]!.map { action -> String in
-                    switch action {
-                    case .join(let id): return "join s\(id)"
-                    case .joinInConsumer(let id): return "start s\(id)"
-                    case .cancelSubscription(let id): return "cancel() s\(id)"
-                    case .cancelTask(let id): return "cancel task s\(id)"
-                    case .finish(let id): return "finisher \(id)"
-                    }
-                }.joined(separator: "+")
+                "\(op):"
+                    + producer.actions[op]!.map { action -> String in
+                        switch action {
+                        case .join(let id): return "join s\(id)"
+                        case .joinInConsumer(let id): return "start s\(id)"
+                        case .cancelSubscription(let id): return "cancel() s\(id)"
+                        case .cancelTask(let id): return "cancel task s\(id)"
+                        case .finish(let id): return "finisher \(id)"
+                        }
+                    }.joined(separator: "+")
             }.joined(separator: " ")
-            lines.append("producer \(producer.id): \(producer.onThread ? "thread" : "task") ops=\(producer.opCount) "
-                + "emit=\(producer.emitChance) cancel=\(producer.cancellableChance) payload=\(producer.payload) "
-                + "yieldEvery=\(producer.yieldEvery)\(actions.isEmpty ? "" : " actions[\(actions)]")")
+            lines.append(
+                "producer \(producer.id): \(producer.onThread ? "thread" : "task") ops=\(producer.opCount) "
+                    + "emit=\(producer.emitChance) cancel=\(producer.cancellableChance) payload=\(producer.payload) "
+                    + "yieldEvery=\(producer.yieldEvery)\(actions.isEmpty ? "" : " actions[\(actions)]")")
         }
         for subscriber in subscribers {
             lines.append("subscriber \(subscriber.id): \(describe(subscriber))")

@@ -20,11 +20,14 @@ enum RoundRunner {
         weak let weakSequence = sequence
         let holder = SequenceHolder(sequence!)
         let context = RoundContext(plan: plan, holder: holder)
-        watchdog.beginRound(.init(number: 0, header: header, deadlineAt: start + options.deadline,
-                                  deadline: options.deadline, sequenceState: {
-            guard let sequence = holder.get() else { return "last reference dropped" }
-            return "subscriberCount \(sequence.subscriberCount), waitingEmitterCount \(sequence.waitingEmitterCount), isFinished \(sequence.isFinished)"
-        }))
+        watchdog.beginRound(
+            .init(
+                number: 0, header: header, deadlineAt: start + options.deadline,
+                deadline: options.deadline,
+                sequenceState: {
+                    guard let sequence = holder.get() else { return "last reference dropped" }
+                    return "subscriberCount \(sequence.subscriberCount), waitingEmitterCount \(sequence.waitingEmitterCount), isFinished \(sequence.isFinished)"
+                }))
         defer { watchdog.endRound() }
 
         // Subscribers that join before sending: all registered before any consumer runs.
@@ -99,8 +102,9 @@ enum RoundRunner {
         }
 
         let consumers = context.slots.map { slot in slot.record ?? ConsumerRecord(id: slot.plan.id, policy: slot.policy) }
-        let observation = RoundObservation(plan: plan, producers: producers, consumers: consumers,
-                                           executedFinishers: context.executedFinishers)
+        let observation = RoundObservation(
+            plan: plan, producers: producers, consumers: consumers,
+            executedFinishers: context.executedFinishers)
         violations += context.violations
 
         // Drop every reference, then nothing may be left alive.
@@ -119,13 +123,15 @@ enum RoundRunner {
         violations += InvariantChecker.check(observation)
         recordCoverage(observation)
         let delivered = producers.reduce(0) { sum, producer in
-            sum + producer.ops.reduce(0) { count, op in
-                if case .result(let result) = op.outcome, !result.isFinished { return count + op.elements }
-                return count
-            }
+            sum
+                + producer.ops.reduce(0) { count, op in
+                    if case .result(let result) = op.outcome, !result.isFinished { return count + op.elements }
+                    return count
+                }
         }
-        return RoundReport(violations: violations, duration: monotonicSeconds() - start, ops: plan.totalOps,
-                           delivered: delivered, received: consumers.reduce(0) { $0 + $1.received.count })
+        return RoundReport(
+            violations: violations, duration: monotonicSeconds() - start, ops: plan.totalOps,
+            delivered: delivered, received: consumers.reduce(0) { $0 + $1.received.count })
     }
 
     private static func recordCoverage(_ observation: RoundObservation) {
@@ -164,10 +170,11 @@ enum RoundRunner {
     /// policies) without any finish to wake it.
     private static func quiesce(_ context: RoundContext, producers: [ProducerRecord], timeout: Double) async -> [Violation] {
         let expected = producers.reduce(0) { sum, producer in
-            sum + producer.ops.reduce(0) { count, op in
-                if case .result(let result) = op.outcome, !result.isFinished { return count + op.elements }
-                return count
-            }
+            sum
+                + producer.ops.reduce(0) { count, op in
+                    if case .result(let result) = op.outcome, !result.isFinished { return count + op.elements }
+                    return count
+                }
         }
         let watched = context.slots.filter { $0.plan.joinsBeforeSending && $0.plan.livesThrough }
         func caughtUp(_ slot: SubscriberSlot) -> Bool {

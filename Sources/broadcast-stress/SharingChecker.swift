@@ -135,7 +135,9 @@ enum SharingChecker {
             defer { previous = tag }
             guard let previous else { continue }
             if !(previous < tag) {
-                let what = previous.run == tag.run ? (previous.index == tag.index ? "a duplicate" : "out of order within its run")
+                let what =
+                    previous.run == tag.run
+                    ? (previous.index == tag.index ? "a duplicate" : "out of order within its run")
                     : "an element of run \(tag.run) after one of the later run \(previous.run)"
                 out.add("order", "\(record.label) received \(tag) right after \(previous) (position \(position)): \(what); around it: \(around(record.received, position))")
                 continue

@@ -209,9 +209,11 @@ struct SharingRoundPlan: Sendable {
     }
 
     var details: [String] {
-        ["BroadcastSequence<SharedItem, StressError>, payload objects \(withObjects), observer \(observer), late subscribers \(lateSubscribers)",
-         "runs: length 1...\(runLengthMax), burst \(burst) then \(perTick) per tick, self-end chance \(selfEndChance), cancel lag <= \(cancelLagMax)"
-            + (source == .listener ? ", \(listenerThreads) listener thread(s), late-action chance \(lateActionChance)" : "")]
+        [
+            "BroadcastSequence<SharedItem, StressError>, payload objects \(withObjects), observer \(observer), late subscribers \(lateSubscribers)",
+            "runs: length 1...\(runLengthMax), burst \(burst) then \(perTick) per tick, self-end chance \(selfEndChance), cancel lag <= \(cancelLagMax)"
+                + (source == .listener ? ", \(listenerThreads) listener thread(s), late-action chance \(lateActionChance)" : ""),
+        ]
     }
 }
 

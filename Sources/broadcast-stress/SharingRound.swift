@@ -210,13 +210,15 @@ final class SharingRoundRunner {
     private static func makeSequence(plan: SharingRoundPlan, tracker: SharingTracker, start: BroadcastStart) -> SharedStream {
         switch plan.source {
         case .upstream:
-            return SharedStream(bufferingPolicy: plan.defaultPolicy, replay: plan.replay, started: start,
-                                upstream: { TrackedUpstream(tracker: tracker) })
+            return SharedStream(
+                bufferingPolicy: plan.defaultPolicy, replay: plan.replay, started: start,
+                upstream: { TrackedUpstream(tracker: tracker) })
         case .broadcast:
             return TrackedUpstream(tracker: tracker).broadcast(bufferingPolicy: plan.defaultPolicy, replay: plan.replay, started: start)
         case .listener:
-            return SharedStream(bufferingPolicy: plan.defaultPolicy, replay: plan.replay, started: start,
-                                register: { sink in FakeListener.register(sink, tracker: tracker) })
+            return SharedStream(
+                bufferingPolicy: plan.defaultPolicy, replay: plan.replay, started: start,
+                register: { sink in FakeListener.register(sink, tracker: tracker) })
         }
     }
 
@@ -224,13 +226,16 @@ final class SharingRoundRunner {
         Self.describe(weak: reference, tracker: tracker, census: census, observer: observer, clock: clock, driver: driver)
     }
 
-    private static func describe(weak: WeakStream, tracker: SharingTracker, census: SharingCensus, observer: CountsObserver?,
-                                 clock: ManualClock?, driver: ClockDriver?) -> String {
+    private static func describe(
+        weak: WeakStream, tracker: SharingTracker, census: SharingCensus, observer: CountsObserver?,
+        clock: ManualClock?, driver: ClockDriver?
+    ) -> String {
         var parts: [String] = []
         if let stream = weak.stream {
             let c = stream.sharingCounters
-            parts.append("subscriberCount \(stream.subscriberCount), isFinished \(stream.isFinished), waitingEmitterCount \(stream.waitingEmitterCount), "
-                         + "sharingCounters starts \(c.starts) stops \(c.stops) liveUpstreamTasks \(c.liveUpstreamTasks) liveTimerTasks \(c.liveTimerTasks) isRunning \(c.isRunning) isStopPending \(c.isStopPending)")
+            parts.append(
+                "subscriberCount \(stream.subscriberCount), isFinished \(stream.isFinished), waitingEmitterCount \(stream.waitingEmitterCount), "
+                    + "sharingCounters starts \(c.starts) stops \(c.stops) liveUpstreamTasks \(c.liveUpstreamTasks) liveTimerTasks \(c.liveTimerTasks) isRunning \(c.isRunning) isStopPending \(c.isStopPending)")
         } else {
             parts.append("sequence released")
         }
@@ -245,12 +250,17 @@ final class SharingRoundRunner {
 
     private func run(header: [String]) async -> RoundReport {
         let roundStart = monotonicSeconds()
-        watchdog.beginRound(.init(number: 0, header: header, deadlineAt: roundStart + options.deadline,
-                                  deadline: options.deadline, sequenceState: {
-            [phase, reference, tracker, census, observerBox, clock, driver] in
-            "phase \(phase.value); " + Self.describe(weak: reference, tracker: tracker, census: census, observer: observerBox.value,
-                                                    clock: clock, driver: driver)
-        }))
+        watchdog.beginRound(
+            .init(
+                number: 0, header: header, deadlineAt: roundStart + options.deadline,
+                deadline: options.deadline,
+                sequenceState: {
+                    [phase, reference, tracker, census, observerBox, clock, driver] in
+                    "phase \(phase.value); "
+                        + Self.describe(
+                            weak: reference, tracker: tracker, census: census, observer: observerBox.value,
+                            clock: clock, driver: driver)
+                }))
         defer { watchdog.endRound() }
         let phaseToken = watchdog.register { [phase] in "sharing round, phase: \(phase.value)" }
         defer { watchdog.unregister(phaseToken) }
@@ -315,13 +325,17 @@ final class SharingRoundRunner {
             LiveObjects.count.withLock { $0 = 0 }  // report each leak once
         }
 
-        let violations = out.all + tracker.violations + SharingChecker.check(.init(
-            plan: plan, records: records, selfEnds: tracker.selfEnds, explicitEnd: explicitEnd,
-            observerValues: observerValues, subscribersCreated: census.createdCount))
+        let violations =
+            out.all + tracker.violations
+            + SharingChecker.check(
+                .init(
+                    plan: plan, records: records, selfEnds: tracker.selfEnds, explicitEnd: explicitEnd,
+                    observerValues: observerValues, subscribersCreated: census.createdCount))
         recordCoverage()
-        return RoundReport(violations: violations, duration: monotonicSeconds() - roundStart,
-                           ops: census.createdCount, delivered: tracker.produced.load(ordering: .relaxed),
-                           received: records.reduce(0) { $0 + $1.received.count })
+        return RoundReport(
+            violations: violations, duration: monotonicSeconds() - roundStart,
+            ops: census.createdCount, delivered: tracker.produced.load(ordering: .relaxed),
+            received: records.reduce(0) { $0 + $1.received.count })
     }
 
     /// Right after init: `.eagerly` has started; the others start nothing
@@ -375,8 +389,10 @@ final class SharingRoundRunner {
             case 2: join = .handOff(TakeOnce(stream.subscribe(bufferingPolicy: policy)))
             default: join = .cancelledTask(policy)
             }
-            handles.append(spawn(.churn, join, policy: policy, leave: rng.pick(SharingLeave.allCases),
-                                 reads: rng.int(in: 0...plan.readMax)))
+            handles.append(
+                spawn(
+                    .churn, join, policy: policy, leave: rng.pick(SharingLeave.allCases),
+                    reads: rng.int(in: 0...plan.readMax)))
         }
         return handles
     }
@@ -395,8 +411,10 @@ final class SharingRoundRunner {
         }
     }
 
-    private func spawn(_ role: SharingRole, _ join: SharingJoin, policy: BroadcastBufferingPolicy?,
-                       leave: SharingLeave, reads: Int) -> Handle {
+    private func spawn(
+        _ role: SharingRole, _ join: SharingJoin, policy: BroadcastBufferingPolicy?,
+        leave: SharingLeave, reads: Int
+    ) -> Handle {
         let id = nextID
         nextID += 1
         census.created()
@@ -417,8 +435,10 @@ final class SharingRoundRunner {
         weak.stream?.makeAsyncIterator()
     }
 
-    private static func subscriber(_ initial: SharingSubscriberRecord, _ join: SharingJoin, leave: SharingLeave, reads: Int,
-                                   weak: WeakStream, census: SharingCensus) async -> SharingSubscriberRecord {
+    private static func subscriber(
+        _ initial: SharingSubscriberRecord, _ join: SharingJoin, leave: SharingLeave, reads: Int,
+        weak: WeakStream, census: SharingCensus
+    ) async -> SharingSubscriberRecord {
         defer { census.leave() }
         var record = initial
         var subscription: SharedStream.Subscription?
@@ -794,7 +814,11 @@ final class SharingRoundRunner {
         Coverage.add("sharing:probes", probes)
         if let driver { Coverage.add("sharing:clock-advances", driver.advances) }
         Coverage.add("sharing:end:nil", records.filter { $0.sawTerminal == .finished }.count)
-        Coverage.add("sharing:end:error", records.filter { if case .failed = $0.sawTerminal { return true }; return false }.count)
+        Coverage.add(
+            "sharing:end:error",
+            records.filter {
+                if case .failed = $0.sawTerminal { return true }; return false
+            }.count)
         Coverage.add("sharing:left", records.filter { $0.end == .left }.count)
         if !tracker.selfEnds.isEmpty { Coverage.add("sharing:self-ended") }
     }

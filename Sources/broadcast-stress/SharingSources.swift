@@ -203,13 +203,14 @@ final class SharingTracker: Sendable {
 
     var snapshot: Snapshot {
         state.withLock { state in
-            Snapshot(upstreamStarts: state.upstreamStarts,
-                     upstreamsNotReleased: state.upstreams.filter { !$0.value.released }.map(\.key).sorted(),
-                     upstreamsNotEnded: state.upstreams.filter { $0.value.end == nil }.map(\.key).sorted(),
-                     parked: state.parked,
-                     registerCalls: state.registerCalls, unregisterCalls: state.unregisterCalls,
-                     neverUnregistered: state.registrations.filter { $0.value.unregisterCalls == 0 }.map(\.key).sorted(),
-                     active: state.active, liveThreads: state.liveThreads)
+            Snapshot(
+                upstreamStarts: state.upstreamStarts,
+                upstreamsNotReleased: state.upstreams.filter { !$0.value.released }.map(\.key).sorted(),
+                upstreamsNotEnded: state.upstreams.filter { $0.value.end == nil }.map(\.key).sorted(),
+                parked: state.parked,
+                registerCalls: state.registerCalls, unregisterCalls: state.unregisterCalls,
+                neverUnregistered: state.registrations.filter { $0.value.unregisterCalls == 0 }.map(\.key).sorted(),
+                active: state.active, liveThreads: state.liveThreads)
         }
     }
 }

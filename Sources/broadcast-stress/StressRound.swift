@@ -1,4 +1,5 @@
 import AsyncBroadcastTestSupport
+
 /// What a round exercises.
 enum RoundKind: String, Sendable, CaseIterable {
     case sequence, value, promise, sharing, litmus, topics

@@ -1,4 +1,5 @@
 import AsyncBroadcastTestSupport
+
 /// Runs rounds until the budget is spent, prints progress and failures, and
 /// checks that resident memory stays flat.
 struct StressRunner {
@@ -26,8 +27,9 @@ struct StressRunner {
         var round = 0
         let start = monotonicSeconds()
         var lastLine = start
-        var memory = MemoryTrend(warmUpSeconds: options.seconds.map { $0 * 0.2 },
-                                 warmUpRounds: options.rounds.map { max(1, $0 / 5) })
+        var memory = MemoryTrend(
+            warmUpSeconds: options.seconds.map { $0 * 0.2 },
+            warmUpRounds: options.rounds.map { max(1, $0 / 5) })
 
         while true {
             if let rounds = options.rounds, round >= rounds { break }
@@ -36,9 +38,12 @@ struct StressRunner {
             let roundSeed = options.roundSeed ?? rng.next()
             let plan = StressRound.generate(seed: roundSeed, options: options)
             let kinds = options.kinds.map { " --kinds " + $0.map(\.rawValue).joined(separator: ",") } ?? ""
-            let header = ["FAIL round \(round): seed \(hex(masterSeed)) round-seed \(hex(roundSeed))",
-                          "  replay: --seed \(hex(masterSeed)) --rounds \(round)\(kinds) (this sequence of rounds), or --round-seed \(hex(roundSeed))\(kinds) (this round's parameters)",
-                          "  round: \(plan.summary)"]
+            let header =
+                [
+                    "FAIL round \(round): seed \(hex(masterSeed)) round-seed \(hex(roundSeed))",
+                    "  replay: --seed \(hex(masterSeed)) --rounds \(round)\(kinds) (this sequence of rounds), or --round-seed \(hex(roundSeed))\(kinds) (this round's parameters)",
+                    "  round: \(plan.summary)",
+                ]
                 + plan.details.map { "    " + $0 }
             watchdog.setTotals(passed: passed, failed: failed)
 
@@ -59,9 +64,10 @@ struct StressRunner {
             if !options.quiet && (report.duration >= 1 || now - lastLine >= 1) {
                 lastLine = now
                 let verdict = report.violations.isEmpty ? "ok" : "FAILED"
-                say("round \(round) \(verdict) in \(formatSeconds(report.duration)) [\(plan.summary)] "
-                    + "delivered \(report.delivered) received \(report.received) | \(passed) passed, \(failed) failed "
-                    + "| \(formatSeconds(now - start)) | RSS \(formatMB(rss))")
+                say(
+                    "round \(round) \(verdict) in \(formatSeconds(report.duration)) [\(plan.summary)] "
+                        + "delivered \(report.delivered) received \(report.received) | \(passed) passed, \(failed) failed "
+                        + "| \(formatSeconds(now - start)) | RSS \(formatMB(rss))")
             }
         }
 
@@ -73,9 +79,11 @@ struct StressRunner {
             say("FAIL memory: resident memory kept growing across rounds (seed \(hex(masterSeed)))")
         }
         say("coverage: \(Coverage.summary)")
-        say("rounds by kind: " + RoundKind.allCases.compactMap { kind in
-            byKind[kind].map { "\(kind.rawValue) \($0.rounds) (\(formatSeconds($0.seconds)))" }
-        }.joined(separator: ", "))
+        say(
+            "rounds by kind: "
+                + RoundKind.allCases.compactMap { kind in
+                    byKind[kind].map { "\(kind.rawValue) \($0.rounds) (\(formatSeconds($0.seconds)))" }
+                }.joined(separator: ", "))
         say("\(round) rounds in \(formatSeconds(elapsed)), seed \(hex(masterSeed))")
         say("\(passed) passed, \(failed) failed")
         return failed == 0 ? 0 : 1

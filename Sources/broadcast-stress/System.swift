@@ -63,11 +63,13 @@ private final class ThreadBody: Sendable {
 func spawnThread(_ body: @escaping @Sendable () -> Void) {
     let context = Unmanaged.passRetained(ThreadBody(body)).toOpaque()
     var thread = pthread_t()
-    let status = pthread_create(&thread, nil, { raw in
-        let body = Unmanaged<ThreadBody>.fromOpaque(raw!).takeRetainedValue()
-        body.run()
-        return nil
-    }, context)
+    let status = pthread_create(
+        &thread, nil,
+        { raw in
+            let body = Unmanaged<ThreadBody>.fromOpaque(raw!).takeRetainedValue()
+            body.run()
+            return nil
+        }, context)
     guard status == 0 else { fatalError("pthread_create failed: \(status)") }
     pthread_detach(thread)
 }

@@ -5,5 +5,9 @@ import AsyncBroadcastTestSupport
 final class TakeOnce<Value>: @unchecked Sendable {
     private let slot: Locked<Value?>
     init(_ value: Value) { slot = Locked(value) }
-    func take() -> Value? { slot.withLock { value in defer { value = nil }; return value } }
+    func take() -> Value? {
+        slot.withLock { value in
+            defer { value = nil }; return value
+        }
+    }
 }

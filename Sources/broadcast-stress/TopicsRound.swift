@@ -1,10 +1,11 @@
+@_spi(Testing) import AsyncBroadcast
+import AsyncBroadcastTestSupport
+
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Darwin)
 import Darwin
 #endif
-@_spi(Testing) import AsyncBroadcast
-import AsyncBroadcastTestSupport
 
 // Topics rounds: a `BroadcastTopics` whose few topics (1-12) come and go
 // all the time. Producer threads send stamped items to random topics;
@@ -124,8 +125,9 @@ final class TopicsLedger: Sendable {
             }
             for (topic, events) in state.events {
                 for (index, isRegister) in events.enumerated() where isRegister != (index % 2 == 0) {
-                    problems.append("topic \(topic): call \(index) is \(isRegister ? "a register" : "an unregister") out of turn; calls: "
-                        + (state.trail[topic] ?? []).suffix(12).joined(separator: "; "))
+                    problems.append(
+                        "topic \(topic): call \(index) is \(isRegister ? "a register" : "an unregister") out of turn; calls: "
+                            + (state.trail[topic] ?? []).suffix(12).joined(separator: "; "))
                     break
                 }
                 if closed && events.count % 2 != 0 { problems.append("topic \(topic): a register never unregistered") }
@@ -150,12 +152,14 @@ enum TopicsRoundRunner {
         var topics: Topics? = makeTopics(plan, ledger)
         weak let weakTopics = topics
         let holder = Locked<Topics?>(topics)
-        watchdog.beginRound(.init(number: 0, header: header, deadlineAt: start + options.deadline, deadline: options.deadline,
-                                  sequenceState: {
-            guard let topics = holder.value else { return "topics released" }
-            let counters = topics.topicsCounters
-            return "live \(counters.live), retiring \(counters.retiring), blocked starts \(counters.blockedStarts)"
-        }))
+        watchdog.beginRound(
+            .init(
+                number: 0, header: header, deadlineAt: start + options.deadline, deadline: options.deadline,
+                sequenceState: {
+                    guard let topics = holder.value else { return "topics released" }
+                    let counters = topics.topicsCounters
+                    return "live \(counters.live), retiring \(counters.retiring), blocked starts \(counters.blockedStarts)"
+                }))
         defer { watchdog.endRound() }
         let received = await exercise(topics!, plan, ledger, report)
         // The end: finish() or release.
@@ -180,15 +184,18 @@ enum TopicsRoundRunner {
         }
 
         for (invariant, detail) in problems.value { out.add(invariant, detail) }
-        return RoundReport(violations: out.all, duration: monotonicSeconds() - start,
-                           ops: plan.producers * plan.itemsPerProducer + plan.subscribers * plan.joinsPerSubscriber,
-                           delivered: 0, received: received)
+        return RoundReport(
+            violations: out.all, duration: monotonicSeconds() - start,
+            ops: plan.producers * plan.itemsPerProducer + plan.subscribers * plan.joinsPerSubscriber,
+            delivered: 0, received: received)
     }
 
     /// Producers, the closer and the subscribers, until all are done; then
     /// the checks of what must be left. Returns the items received.
-    static func exercise(_ shared: Topics, _ plan: TopicsRoundPlan, _ ledger: TopicsLedger,
-                         _ report: @escaping @Sendable (String, String) -> Void) async -> Int {
+    static func exercise(
+        _ shared: Topics, _ plan: TopicsRoundPlan, _ ledger: TopicsLedger,
+        _ report: @escaping @Sendable (String, String) -> Void
+    ) async -> Int {
         let received = Locked(0)
         let producersDone = Locked(0)
 
@@ -199,8 +206,11 @@ enum TopicsRoundRunner {
                 for seq in 0..<plan.itemsPerProducer {
                     let topic = rng.int(in: 0...(plan.topics - 1))
                     if rng.chance(0.1) {
-                        shared.send(contentsOf: [TopicItem(topic: topic, source: producer, seq: 2 * seq),
-                                                 TopicItem(topic: topic, source: producer, seq: 2 * seq + 1)], to: topic)
+                        shared.send(
+                            contentsOf: [
+                                TopicItem(topic: topic, source: producer, seq: 2 * seq),
+                                TopicItem(topic: topic, source: producer, seq: 2 * seq + 1),
+                            ], to: topic)
                     } else {
                         shared.send(TopicItem(topic: topic, source: producer, seq: 2 * seq), to: topic)
                     }
@@ -235,8 +245,9 @@ enum TopicsRoundRunner {
                     var rng = SplitMix64(seed: plan.seed ^ (UInt64(subscriber) &+ 1) &* 0xB5)
                     for join in 0..<plan.joinsPerSubscriber {
                         let topic = rng.int(in: 0...(plan.topics - 1))
-                        await joinOnce(shared, topic: topic, subscriber: subscriber, join: join, rng: &rng,
-                                       ledger: ledger, received: received, report: report)
+                        await joinOnce(
+                            shared, topic: topic, subscriber: subscriber, join: join, rng: &rng,
+                            ledger: ledger, received: received, report: report)
                     }
                 }
             }
@@ -274,9 +285,11 @@ enum TopicsRoundRunner {
     }
 
     /// One join: subscribe, (marker), read a little, leave.
-    static func joinOnce(_ topics: Topics, topic: Int, subscriber: Int, join: Int, rng: inout SplitMix64,
-                         ledger: TopicsLedger, received: Locked<Int>,
-                         report: @Sendable (String, String) -> Void) async {
+    static func joinOnce(
+        _ topics: Topics, topic: Int, subscriber: Int, join: Int, rng: inout SplitMix64,
+        ledger: TopicsLedger, received: Locked<Int>,
+        report: @Sendable (String, String) -> Void
+    ) async {
         let policy: BroadcastBufferingPolicy = rng.pick([
             .unbounded, .bounded(rng.int(in: 1...4)), .bufferingNewest(rng.int(in: 1...8)), .bufferingOldest(rng.int(in: 1...8)),
         ])

@@ -279,10 +279,14 @@ enum ValueChecker {
             allowed = { $0 == .end }
         } else if throwingCodes.count == finishers.count {
             expectation = "one of the errors \(throwingCodes) (only finish(throwing:) ran)"
-            allowed = { if case .error(let code) = $0 { return throwingCodes.contains(code) }; return false }
+            allowed = {
+                if case .error(let code) = $0 { return throwingCodes.contains(code) }; return false
+            }
         } else {
             expectation = "nil or one of the errors \(throwingCodes) (finish() raced finish(throwing:))"
-            allowed = { if case .error(let code) = $0 { return throwingCodes.contains(code) }; return $0 == .end }
+            allowed = {
+                if case .error(let code) = $0 { return throwingCodes.contains(code) }; return $0 == .end
+            }
         }
         let reference = livedEnds.first { $0.0 == 0 }?.1 ?? livedEnds.first?.1
         for (id, end) in livedEnds {
@@ -295,8 +299,10 @@ enum ValueChecker {
 
         // 7. One order explains everything (racing).
         if !exact, let cycle = graph.findCycle() {
-            out.add("common order", "no single order of the changes explains what was observed; these facts form a cycle: "
-                + cycle.map { "v\($0.from) before v\($0.to) (\($0.reason))" }.joined(separator: "; "))
+            out.add(
+                "common order",
+                "no single order of the changes explains what was observed; these facts form a cycle: "
+                    + cycle.map { "v\($0.from) before v\($0.to) (\($0.reason))" }.joined(separator: "; "))
         }
         return out.all
     }

@@ -38,8 +38,10 @@ final class ValueRoundContext<V: StressValue>: Sendable {
         holder = Locked(value)
         slots = plan.subscribers.map { ValueSlot(plan: $0, summary: plan.describe($0)) }
         let count = plan.producers.count
-        shared = Locked(Shared(started: Array(repeating: 0, count: count), completed: Array(repeating: 0, count: count),
-                               currentKind: Array(repeating: nil, count: count)))
+        shared = Locked(
+            Shared(
+                started: Array(repeating: 0, count: count), completed: Array(repeating: 0, count: count),
+                currentKind: Array(repeating: nil, count: count)))
     }
 
     var value: Value? { holder.withLock { $0 } }
@@ -104,8 +106,10 @@ final class ValueRoundContext<V: StressValue>: Sendable {
             value.send(V(seq: seq, producer: producer, payload: plan.payload))
             shared.withLock { state in
                 if plan.mode == .serialized { state.current = (seq, producer) }
-                state.logs.append(ChangeLog(order: order, producer: producer, op: op, kind: kind, prev: nil, new: seq,
-                                            fresh: true, republish: false))
+                state.logs.append(
+                    ChangeLog(
+                        order: order, producer: producer, op: op, kind: kind, prev: nil, new: seq,
+                        fresh: true, republish: false))
             }
             return seq
 
@@ -116,8 +120,10 @@ final class ValueRoundContext<V: StressValue>: Sendable {
             }
             value.send(V(seq: content.seq, producer: content.producer, payload: plan.payload))
             shared.withLock { state in
-                state.logs.append(ChangeLog(order: order, producer: producer, op: op, kind: kind, prev: nil, new: content.seq,
-                                            fresh: false, republish: !equatable))
+                state.logs.append(
+                    ChangeLog(
+                        order: order, producer: producer, op: op, kind: kind, prev: nil, new: content.seq,
+                        fresh: false, republish: !equatable))
             }
             return content.seq
 
@@ -138,8 +144,10 @@ final class ValueRoundContext<V: StressValue>: Sendable {
                             new = state.counter
                             if plan.mode == .serialized { state.current = (new, producer) }
                         }
-                        state.logs.append(ChangeLog(order: state.order, producer: producer, op: op, kind: kind, prev: prev,
-                                                    new: new, fresh: fresh, republish: !fresh && !equatable && kind != .updateThrowingUnchanged))
+                        state.logs.append(
+                            ChangeLog(
+                                order: state.order, producer: producer, op: op, kind: kind, prev: prev,
+                                new: new, fresh: fresh, republish: !fresh && !equatable && kind != .updateThrowingUnchanged))
                         return new
                     }
                     switch kind {
@@ -189,8 +197,11 @@ final class ValueRoundContext<V: StressValue>: Sendable {
         let before = shared.withLock { ($0.completed, $0.committed, $0.finishSeen) }
         let made = subscribe()
         let finishStarted = shared.withLock { $0.finishStarted }
-        return (ValueJoinInfo(completedBefore: before.0, committedBefore: before.1, afterFinish: before.2,
-                              finishStartedBefore: finishStarted), made)
+        return (
+            ValueJoinInfo(
+                completedBefore: before.0, committedBefore: before.1, afterFinish: before.2,
+                finishStartedBefore: finishStarted), made
+        )
     }
 
     /// `subscribe()` now, bracketed.
@@ -222,10 +233,11 @@ final class ValueRoundContext<V: StressValue>: Sendable {
         case .joinInCancelledTask(let id):
             let slot = slots[id]
             guard case .inCancelledTask(_, let viaSubscribe) = slot.plan.join else { return }
-            slot.setTask(Task { [self] in
-                withUnsafeCurrentTask { $0?.cancel() }
-                await ValueConsumer.run(self, slot, .cancelledTask(viaSubscribe: viaSubscribe))
-            })
+            slot.setTask(
+                Task { [self] in
+                    withUnsafeCurrentTask { $0?.cancel() }
+                    await ValueConsumer.run(self, slot, .cancelledTask(viaSubscribe: viaSubscribe))
+                })
         case .cancelSubscription(let id):
             let slot = slots[id]
             Coverage.add(slot.hasEnded ? "value:cancel():after-end" : slot.isParked ? "value:cancel():parked" : "value:cancel():running")
@@ -342,7 +354,11 @@ final class ValueSlot<V: StressValue>: Sendable {
     var observedSubscription: Subscription? { state.withLock { $0.observed } }
 
     func markJoined() { state.withLock { $0.joined = true } }
-    func setProgress(_ count: Int, last: Int) { state.withLock { $0.received = count; $0.last = last } }
+    func setProgress(_ count: Int, last: Int) {
+        state.withLock {
+            $0.received = count; $0.last = last
+        }
+    }
     /// (joined, received, last seq, ended)
     var progress: (joined: Bool, received: Int, last: Int?, ended: Bool) {
         state.withLock { ($0.joined, $0.received, $0.last, $0.ended) }

@@ -13,8 +13,9 @@ struct ValueJoinInfo: Sendable {
     let finishStartedBefore: Bool
 
     static func beforeWriting(producers: Int) -> ValueJoinInfo {
-        ValueJoinInfo(completedBefore: Array(repeating: 0, count: producers), committedBefore: 0, afterFinish: false,
-                      finishStartedBefore: false)
+        ValueJoinInfo(
+            completedBefore: Array(repeating: 0, count: producers), committedBefore: 0, afterFinish: false,
+            finishStartedBefore: false)
     }
 }
 

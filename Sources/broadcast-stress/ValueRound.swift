@@ -128,8 +128,10 @@ enum ValueConsumer {
         slot.finish(record)
     }
 
-    private static func expectEnd<V: StressValue>(_ iterator: inout BroadcastValue<V, StressError>.Subscription.AsyncIterator,
-                                                  after what: String, into record: inout ValueConsumerRecord) async {
+    private static func expectEnd<V: StressValue>(
+        _ iterator: inout BroadcastValue<V, StressError>.Subscription.AsyncIterator,
+        after what: String, into record: inout ValueConsumerRecord
+    ) async {
         do {
             if let value = try await iterator.next() {
                 record.notes.append("next() returned v\(value.seq) after \(what)")
@@ -211,8 +213,10 @@ enum ValueRoundRunner<V: StressValue> {
         var value: Value? = Value(V(seq: 0, producer: -1, payload: plan.payload), throwing: StressError.self)
         weak let weakValue = value
         let context = ValueRoundContext<V>(plan: plan, value: value!)
-        watchdog.beginRound(.init(number: 0, header: header, deadlineAt: start + options.deadline,
-                                  deadline: options.deadline, sequenceState: { context.state() }))
+        watchdog.beginRound(
+            .init(
+                number: 0, header: header, deadlineAt: start + options.deadline,
+                deadline: options.deadline, sequenceState: { context.state() }))
         defer { watchdog.endRound() }
 
         // Subscribers that join before writing.
@@ -306,8 +310,9 @@ enum ValueRoundRunner<V: StressValue> {
         }
 
         let consumers = context.slots.map { $0.record ?? ValueConsumerRecord(id: $0.plan.id) }
-        let observation = ValueObservation(plan: plan, producers: producers, consumers: consumers, logs: context.logs,
-                                           final: final, executedFinishers: context.executedFinishers)
+        let observation = ValueObservation(
+            plan: plan, producers: producers, consumers: consumers, logs: context.logs,
+            final: final, executedFinishers: context.executedFinishers)
         violations += context.violations
 
         for slot in context.slots { slot.release() }
@@ -329,8 +334,9 @@ enum ValueRoundRunner<V: StressValue> {
         violations += ValueChecker.check(observation)
         recordCoverage(observation)
         let changes = observation.logs.filter { $0.fresh || $0.republish }.count
-        return RoundReport(violations: violations, duration: monotonicSeconds() - start, ops: plan.totalOps,
-                           delivered: changes, received: consumers.reduce(0) { $0 + $1.received.count })
+        return RoundReport(
+            violations: violations, duration: monotonicSeconds() - start, ops: plan.totalOps,
+            delivered: changes, received: consumers.reduce(0) { $0 + $1.received.count })
     }
 
     /// Violations found so far, for the watchdog's report if the round then

@@ -1,4 +1,5 @@
 import AsyncBroadcastTestSupport
+
 /// Everything about a `BroadcastValue` round that the seed decides.
 ///
 /// Writers and the order the checker knows:
@@ -130,13 +131,15 @@ struct ValueRoundPlan: Sendable {
         let mode = [ValueWriteMode.updates, .serialized, .racing][rng.weighted([35, 30, 35])]
         let payload = rng.pick(ValuePayloadKind.allCases)
         let producerCount = options.producers ?? rng.int(in: 1...6)
-        let subscriberCount = options.subscribers ?? {
-            switch rng.weighted([50, 35, 15]) {
-            case 0: return rng.int(in: 1...6)
-            case 1: return rng.int(in: 7...20)
-            default: return rng.int(in: 21...48)
-            }
-        }()
+        let subscriberCount =
+            options.subscribers
+            ?? {
+                switch rng.weighted([50, 35, 15]) {
+                case 0: return rng.int(in: 1...6)
+                case 1: return rng.int(in: 7...20)
+                default: return rng.int(in: 21...48)
+                }
+            }()
 
         // Each change wakes every parked subscriber: cap changes x subscribers.
         let opsMax = [40, 300, 1500][rng.weighted([50, 35, 15])]
@@ -168,8 +171,9 @@ struct ValueRoundPlan: Sendable {
             if weights[ValueOpKind.sendFresh.rawValue] + weights[ValueOpKind.updateFresh.rawValue] == 0 {
                 fixed[fallback.rawValue] = 10
             }
-            return ValueProducerPlan(id: id, onThread: rng.chance(0.3), opCount: opCounts[id], weights: fixed,
-                                     yieldEvery: rng.chance(0.5) ? rng.int(in: 1...16) : 0, seed: rng.fork())
+            return ValueProducerPlan(
+                id: id, onThread: rng.chance(0.3), opCount: opCounts[id], weights: fixed,
+                yieldEvery: rng.chance(0.5) ? rng.int(in: 1...16) : 0, seed: rng.fork())
         }
         let active = producers.filter { $0.opCount > 0 }.map(\.id)
         func randomSpot(producer fixed: Int? = nil, after: Int = -1) -> Spot? {
@@ -258,18 +262,25 @@ struct ValueRoundPlan: Sendable {
             }
         }
         let probeWrites = rng.int(in: 1...4)
-        return ValueRoundPlan(seed: seed, equatable: equatable, mode: mode, payload: payload, producers: producers,
-                              subscribers: subscribers, finishMode: finishMode, finishers: finishers,
-                              probeWrites: probeWrites)
+        return ValueRoundPlan(
+            seed: seed, equatable: equatable, mode: mode, payload: payload, producers: producers,
+            subscribers: subscribers, finishMode: finishMode, finishers: finishers,
+            probeWrites: probeWrites)
     }
 
     // MARK: Description
 
     var summary: String {
         let threads = producers.filter(\.onThread).count
-        let late = subscribers.filter { if case .late = $0.join { return true }; return false }.count
-        let inConsumer = subscribers.filter { if case .inConsumer = $0.join { return true }; return false }.count
-        let cancelled = subscribers.filter { if case .inCancelledTask = $0.join { return true }; return false }.count
+        let late = subscribers.filter {
+            if case .late = $0.join { return true }; return false
+        }.count
+        let inConsumer = subscribers.filter {
+            if case .inConsumer = $0.join { return true }; return false
+        }.count
+        let cancelled = subscribers.filter {
+            if case .inCancelledTask = $0.join { return true }; return false
+        }.count
         let leaving = subscribers.filter { $0.leave != .stay }.count
         let finish = finishers.map(\.kind.description).joined(separator: ",")
         return "value(\(equatable ? EqValue.typeName : PlainValue.typeName), \(mode)) P=\(producers.count) (\(threads) thread) "
@@ -284,19 +295,21 @@ struct ValueRoundPlan: Sendable {
             let mix = ValueOpKind.allCases.filter { producer.weights[$0.rawValue] > 0 }
                 .map { "\($0)=\(producer.weights[$0.rawValue])" }.joined(separator: " ")
             let actions = producer.actions.keys.sorted().map { op in
-                "\(op):" + producer.actions[op]!.map { action -> String in
-                    switch action {
-                    case .join(let id): return "join s\(id)"
-                    case .joinInConsumer(let id): return "start s\(id)"
-                    case .joinInCancelledTask(let id): return "start cancelled s\(id)"
-                    case .cancelSubscription(let id): return "cancel() s\(id)"
-                    case .cancelTask(let id): return "cancel task s\(id)"
-                    case .finish(let id): return "finisher \(id)"
-                    }
-                }.joined(separator: "+")
+                "\(op):"
+                    + producer.actions[op]!.map { action -> String in
+                        switch action {
+                        case .join(let id): return "join s\(id)"
+                        case .joinInConsumer(let id): return "start s\(id)"
+                        case .joinInCancelledTask(let id): return "start cancelled s\(id)"
+                        case .cancelSubscription(let id): return "cancel() s\(id)"
+                        case .cancelTask(let id): return "cancel task s\(id)"
+                        case .finish(let id): return "finisher \(id)"
+                        }
+                    }.joined(separator: "+")
             }.joined(separator: " ")
-            lines.append("producer \(producer.id): \(producer.onThread ? "thread" : "task") ops=\(producer.opCount) [\(mix)] "
-                + "yieldEvery=\(producer.yieldEvery)\(actions.isEmpty ? "" : " actions[\(actions)]")")
+            lines.append(
+                "producer \(producer.id): \(producer.onThread ? "thread" : "task") ops=\(producer.opCount) [\(mix)] "
+                    + "yieldEvery=\(producer.yieldEvery)\(actions.isEmpty ? "" : " actions[\(actions)]")")
         }
         for subscriber in subscribers {
             lines.append("subscriber \(subscriber.id): \(describe(subscriber))")

@@ -43,15 +43,21 @@ final class Watchdog: Sendable {
     }
 
     func setTotals(passed: Int, failed: Int) {
-        state.withLock { $0.passed = passed; $0.failed = failed }
+        state.withLock {
+            $0.passed = passed; $0.failed = failed
+        }
     }
 
     func beginRound(_ round: Round) {
-        state.withLock { $0.round = round; $0.activities.removeAll() }
+        state.withLock {
+            $0.round = round; $0.activities.removeAll()
+        }
     }
 
     func endRound() {
-        state.withLock { $0.round = nil; $0.activities.removeAll() }
+        state.withLock {
+            $0.round = nil; $0.activities.removeAll()
+        }
     }
 
     /// Registers something the round waits for; returns its token.

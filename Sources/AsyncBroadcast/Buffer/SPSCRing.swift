@@ -258,8 +258,9 @@ struct SPSCRing<Element>: @unchecked Sendable {
         internalInvariant(head.loadAcquire() <= producerTail, "consumer head ahead of tail \(producerTail)")
         internalInvariant(segment.capacity & segment.mask == 0, "segment capacity \(segment.capacity) is not a power of two")
         internalInvariant(segment.base <= producerTail, "producer segment starts at \(segment.base) after tail \(producerTail)")
-        internalInvariant(producerTail - Swift.max(head.loadAcquire(), segment.base) <= segment.capacity,
-                          "more unread elements than slots in the producer's segment")
+        internalInvariant(
+            producerTail - Swift.max(head.loadAcquire(), segment.base) <= segment.capacity,
+            "more unread elements than slots in the producer's segment")
         internalInvariant(segment.end.loadRelaxed() == .max, "the producer's segment is closed")
         internalInvariant(segment.next == nil, "the producer's segment has a successor")
     }

@@ -20,8 +20,10 @@ extension BroadcastSequence {
     /// read from `clock` (tests drive a manual one).
     @available(macOS 13, iOS 16, tvOS 16, watchOS 9, *)
     @_spi(Testing)
-    public func subscribe<C: Clock>(bufferingPolicy: BufferingPolicy? = nil, eviction: BroadcastEviction,
-                                    clock: C) -> Subscription where C.Duration == Duration {
+    public func subscribe<C: Clock>(
+        bufferingPolicy: BufferingPolicy? = nil, eviction: BroadcastEviction,
+        clock: C
+    ) -> Subscription where C.Duration == Duration {
         let policy = bufferingPolicy ?? storage.defaultPolicy
         policy.validate(argument: "subscribe(bufferingPolicy:eviction:clock:)")
         return Subscription(core: storage.subscribe(policy: policy, eviction: SubscriberEviction.make(eviction, clock: clock)))

@@ -34,8 +34,9 @@ extension BroadcastSequence {
         bufferingPolicy: BufferingPolicy = .unbounded, replay: Int = 0, started: BroadcastStart = .lazily,
         listen: @escaping @Sendable (_ sink: BroadcastSink<Element, Failure>) async -> @Sendable () async -> Void
     ) {
-        self.init(bufferingPolicy: bufferingPolicy, replay: replay,
-                  sharing: Sharing(start: started, source: .asyncListener(listen: listen)))
+        self.init(
+            bufferingPolicy: bufferingPolicy, replay: replay,
+            sharing: Sharing(start: started, source: .asyncListener(listen: listen)))
     }
 
     /// Returns once nothing of this sequence's upstream runs: no `listen`,

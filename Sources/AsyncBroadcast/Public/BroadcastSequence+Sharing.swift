@@ -30,8 +30,9 @@ extension BroadcastSequence {
         bufferingPolicy: BufferingPolicy = .unbounded, replay: Int = 0, started: BroadcastStart = .lazily,
         upstream: @escaping @Sendable () -> Upstream
     ) where Upstream.Element == Element, Upstream.Failure == Failure {
-        self.init(bufferingPolicy: bufferingPolicy, replay: replay,
-                  sharing: Sharing(start: started, source: .typed(upstream)))
+        self.init(
+            bufferingPolicy: bufferingPolicy, replay: replay,
+            sharing: Sharing(start: started, source: .typed(upstream)))
     }
 
     /// Creates a sequence fed by a callback API: `register` is called when
@@ -62,8 +63,9 @@ extension BroadcastSequence {
         bufferingPolicy: BufferingPolicy = .unbounded, replay: Int = 0, started: BroadcastStart = .lazily,
         register: @escaping @Sendable (_ sink: BroadcastSink<Element, Failure>) -> @Sendable () -> Void
     ) {
-        self.init(bufferingPolicy: bufferingPolicy, replay: replay,
-                  sharing: Sharing(start: started, source: .listener(register: register)))
+        self.init(
+            bufferingPolicy: bufferingPolicy, replay: replay,
+            sharing: Sharing(start: started, source: .listener(register: register)))
     }
 
     /// ``subscriberCount`` as it changes: the current count first, then each
@@ -135,8 +137,9 @@ extension BroadcastSequence where Failure == any Error {
         bufferingPolicy: BufferingPolicy = .unbounded, replay: Int = 0, started: BroadcastStart = .lazily,
         upstream: @escaping @Sendable () -> Upstream
     ) where Upstream.Element == Element {
-        self.init(bufferingPolicy: bufferingPolicy, replay: replay,
-                  sharing: Sharing(start: started, source: .untyped(upstream)))
+        self.init(
+            bufferingPolicy: bufferingPolicy, replay: replay,
+            sharing: Sharing(start: started, source: .untyped(upstream)))
     }
 }
 
@@ -146,10 +149,13 @@ extension AsyncSequence where Self: Sendable, Element: Sendable {
     /// watchOS 11 / visionOS 2): the shared sequence fails with `any Error`.
     /// Where the typed form is available, Swift prefers it.
     @inlinable @_disfavoredOverload
-    public func broadcast(bufferingPolicy: BroadcastBufferingPolicy = .unbounded, replay: Int = 0,
-                          started: BroadcastStart = .lazily) -> BroadcastSequence<Element, any Error> {
-        BroadcastSequence<Element, any Error>(bufferingPolicy: bufferingPolicy, replay: replay,
-                                              sharing: Sharing(start: started, source: .untyped { self }))
+    public func broadcast(
+        bufferingPolicy: BroadcastBufferingPolicy = .unbounded, replay: Int = 0,
+        started: BroadcastStart = .lazily
+    ) -> BroadcastSequence<Element, any Error> {
+        BroadcastSequence<Element, any Error>(
+            bufferingPolicy: bufferingPolicy, replay: replay,
+            sharing: Sharing(start: started, source: .untyped { self }))
     }
 }
 
@@ -171,8 +177,10 @@ extension AsyncSequence where Self: Sendable, Element: Sendable {
     /// with a closure that creates one.
     @available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *)
     @inlinable
-    public func broadcast(bufferingPolicy: BroadcastBufferingPolicy = .unbounded, replay: Int = 0,
-                          started: BroadcastStart = .lazily) -> BroadcastSequence<Element, Failure> {
+    public func broadcast(
+        bufferingPolicy: BroadcastBufferingPolicy = .unbounded, replay: Int = 0,
+        started: BroadcastStart = .lazily
+    ) -> BroadcastSequence<Element, Failure> {
         BroadcastSequence(bufferingPolicy: bufferingPolicy, replay: replay, started: started) { self }
     }
 }

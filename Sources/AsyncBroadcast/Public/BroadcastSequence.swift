@@ -71,8 +71,10 @@ public final class BroadcastSequence<Element: Sendable, Failure: Error>: AsyncSe
     /// let downloads = BroadcastSequence(of: Data.self, throwing: NetworkError.self,
     ///                                   bufferingPolicy: .bounded(64))
     /// ```
-    public convenience init(of: Element.Type = Element.self, throwing: Failure.Type,
-                            bufferingPolicy: BufferingPolicy = .unbounded, replay: Int = 0) {
+    public convenience init(
+        of: Element.Type = Element.self, throwing: Failure.Type,
+        bufferingPolicy: BufferingPolicy = .unbounded, replay: Int = 0
+    ) {
         self.init(bufferingPolicy: bufferingPolicy, replay: replay)
     }
 
@@ -167,8 +169,10 @@ extension BroadcastSequence where Failure == Never {
     /// ```swift
     /// let ticks = BroadcastSequence(of: Int.self, bufferingPolicy: .bufferingNewest(1))
     /// ```
-    public convenience init(of: Element.Type = Element.self,
-                            bufferingPolicy: BufferingPolicy = .unbounded, replay: Int = 0) {
+    public convenience init(
+        of: Element.Type = Element.self,
+        bufferingPolicy: BufferingPolicy = .unbounded, replay: Int = 0
+    ) {
         self.init(bufferingPolicy: bufferingPolicy, replay: replay)
     }
 }

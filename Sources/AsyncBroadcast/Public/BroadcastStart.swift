@@ -60,11 +60,13 @@ extension BroadcastStart {
     public static func whileSubscribed<C: Clock>(stopAfter: C.Duration, clock: C) -> BroadcastStart {
         if stopAfter < .zero { misuse("whileSubscribed(stopAfter:) must not be negative (got \(stopAfter))") }
         if stopAfter == .zero { return BroadcastStart(mode: .whileSubscribed(StopDelay(sleep: nil))) }
-        return BroadcastStart(mode: .whileSubscribed(StopDelay(sleep: {
-            // Cancelled when a subscriber arrives or the sequence ends; the
-            // timer's token decides either way, so the error carries nothing.
-            try? await clock.sleep(for: stopAfter)
-        })))
+        return BroadcastStart(
+            mode: .whileSubscribed(
+                StopDelay(sleep: {
+                    // Cancelled when a subscriber arrives or the sequence ends; the
+                    // timer's token decides either way, so the error carries nothing.
+                    try? await clock.sleep(for: stopAfter)
+                })))
     }
 }
 

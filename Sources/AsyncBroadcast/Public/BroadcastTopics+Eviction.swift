@@ -12,8 +12,10 @@ extension BroadcastTopics {
     /// if member.isEvicted { try await socket.close(code: .policyViolation) }
     /// ```
     @inlinable
-    public func subscribe(to topic: Topic, bufferingPolicy: BufferingPolicy? = nil,
-                          eviction: BroadcastEviction) -> Subscription {
+    public func subscribe(
+        to topic: Topic, bufferingPolicy: BufferingPolicy? = nil,
+        eviction: BroadcastEviction
+    ) -> Subscription {
         let policy = bufferingPolicy ?? registry.defaultPolicy
         policy.validate(argument: "subscribe(to:bufferingPolicy:eviction:)")
         return Subscription(core: registry.subscribe(to: topic, policy: policy, eviction: SubscriberEviction.make(eviction)))

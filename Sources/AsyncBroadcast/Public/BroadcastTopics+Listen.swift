@@ -33,8 +33,9 @@ extension BroadcastTopics {
         bufferingPolicy: BufferingPolicy = .unbounded, replay: Int = 0, stopAfter: Duration = .zero,
         listen: @escaping @Sendable (_ topic: Topic, _ sink: BroadcastSink<Element, Failure>) async -> @Sendable () async -> Void
     ) {
-        self.init(bufferingPolicy: bufferingPolicy, replay: replay,
-                  started: .whileSubscribed(stopAfter: stopAfter), source: .listen(listen))
+        self.init(
+            bufferingPolicy: bufferingPolicy, replay: replay,
+            started: .whileSubscribed(stopAfter: stopAfter), source: .listen(listen))
     }
 
     /// The asynchronous listener form with the delay's clock given (tests drive a manual one).
@@ -44,8 +45,9 @@ extension BroadcastTopics {
         bufferingPolicy: BufferingPolicy = .unbounded, replay: Int = 0, stopAfter: C.Duration, clock: C,
         listen: @escaping @Sendable (_ topic: Topic, _ sink: BroadcastSink<Element, Failure>) async -> @Sendable () async -> Void
     ) {
-        self.init(bufferingPolicy: bufferingPolicy, replay: replay,
-                  started: .whileSubscribed(stopAfter: stopAfter, clock: clock), source: .listen(listen))
+        self.init(
+            bufferingPolicy: bufferingPolicy, replay: replay,
+            started: .whileSubscribed(stopAfter: stopAfter, clock: clock), source: .listen(listen))
     }
 
     /// Returns once no topic's listener runs: no `register` or `listen`,

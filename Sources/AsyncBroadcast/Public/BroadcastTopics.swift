@@ -93,8 +93,9 @@ public final class BroadcastTopics<Topic: Hashable & Sendable, Element: Sendable
         bufferingPolicy: BufferingPolicy = .unbounded, replay: Int = 0, stopAfter: Duration = .zero,
         register: @escaping @Sendable (_ topic: Topic, _ sink: BroadcastSink<Element, Failure>) -> @Sendable () -> Void
     ) {
-        self.init(bufferingPolicy: bufferingPolicy, replay: replay,
-                  started: .whileSubscribed(stopAfter: stopAfter), register: register)
+        self.init(
+            bufferingPolicy: bufferingPolicy, replay: replay,
+            started: .whileSubscribed(stopAfter: stopAfter), register: register)
     }
 
     /// The listener form with the delay's clock given (tests drive a manual one).
@@ -104,17 +105,22 @@ public final class BroadcastTopics<Topic: Hashable & Sendable, Element: Sendable
         bufferingPolicy: BufferingPolicy = .unbounded, replay: Int = 0, stopAfter: C.Duration, clock: C,
         register: @escaping @Sendable (_ topic: Topic, _ sink: BroadcastSink<Element, Failure>) -> @Sendable () -> Void
     ) {
-        self.init(bufferingPolicy: bufferingPolicy, replay: replay,
-                  started: .whileSubscribed(stopAfter: stopAfter, clock: clock), register: register)
+        self.init(
+            bufferingPolicy: bufferingPolicy, replay: replay,
+            started: .whileSubscribed(stopAfter: stopAfter, clock: clock), register: register)
     }
 
-    convenience init(bufferingPolicy: BufferingPolicy, replay: Int, started: BroadcastStart,
-                     register: @escaping @Sendable (_ topic: Topic, _ sink: BroadcastSink<Element, Failure>) -> @Sendable () -> Void) {
+    convenience init(
+        bufferingPolicy: BufferingPolicy, replay: Int, started: BroadcastStart,
+        register: @escaping @Sendable (_ topic: Topic, _ sink: BroadcastSink<Element, Failure>) -> @Sendable () -> Void
+    ) {
         self.init(bufferingPolicy: bufferingPolicy, replay: replay, started: started, source: .register(register))
     }
 
-    init(bufferingPolicy: BufferingPolicy, replay: Int, started: BroadcastStart,
-         source: TopicRegistry<Topic, Element, Failure>.Listener.Source) {
+    init(
+        bufferingPolicy: BufferingPolicy, replay: Int, started: BroadcastStart,
+        source: TopicRegistry<Topic, Element, Failure>.Listener.Source
+    ) {
         if replay < 0 { misuse("replay must not be negative (got \(replay))") }
         bufferingPolicy.validate(argument: "bufferingPolicy")
         registry = TopicRegistry(defaultPolicy: bufferingPolicy, replay: replay, start: started, source: source)

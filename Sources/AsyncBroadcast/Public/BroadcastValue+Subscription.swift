@@ -72,8 +72,9 @@ extension BroadcastValue {
             /// ```
             @inlinable
             public mutating func next() async throws(Failure) -> Value? {
-                try await subscription.core.next(isolation: nil as (any Actor)?,
-                                                 checkCancellation: cancellationCheck.isDue())
+                try await subscription.core.next(
+                    isolation: nil as (any Actor)?,
+                    checkCancellation: cancellationCheck.isDue())
             }
 
             /// Like ``next()``, but runs on `actor`:

@@ -81,8 +81,9 @@ extension BroadcastSequence.Subscription {
             /// ```
             @inlinable
             public mutating func next() async throws(Failure) -> Event? {
-                try await subscription.core.nextEvent(isolation: nil as (any Actor)?,
-                                                      checkCancellation: cancellationCheck.isDue())
+                try await subscription.core.nextEvent(
+                    isolation: nil as (any Actor)?,
+                    checkCancellation: cancellationCheck.isDue())
             }
 
             /// Like ``next()``, but runs on `actor`, as
@@ -127,12 +128,16 @@ extension BroadcastSequence.Subscription {
             /// _ = await iterator.next(upTo: 16, into: &batch, isolation: MainActor.shared)
             /// ```
             @inlinable
-            public mutating func next(upTo limit: Int, into buffer: inout [Event],
-                                      isolation actor: isolated (any Actor)?) async throws(Failure) -> Int {
+            public mutating func next(
+                upTo limit: Int, into buffer: inout [Event],
+                isolation actor: isolated (any Actor)?
+            ) async throws(Failure) -> Int {
                 if limit < 1 { misuse("next(upTo:into:) needs a limit of at least 1 (got \(limit))") }
                 cancellationCheck.callsLeft = 0
-                guard let first = try await subscription.core.nextEvent(
-                    isolation: actor, checkCancellation: cancellationCheck.isDue()) else { return 0 }
+                guard
+                    let first = try await subscription.core.nextEvent(
+                        isolation: actor, checkCancellation: cancellationCheck.isDue())
+                else { return 0 }
                 buffer.append(first)
                 return 1 + subscription.core.takeBufferedEvents(upTo: limit - 1, into: &buffer)
             }

@@ -147,14 +147,18 @@ extension BroadcastSequence {
 
             /// ``next(upTo:into:)`` running on `actor`, as ``next(isolation:)``.
             @inlinable
-            public mutating func next(upTo limit: Int, into buffer: inout [Element],
-                                      isolation actor: isolated (any Actor)?) async throws(Failure) -> Int {
+            public mutating func next(
+                upTo limit: Int, into buffer: inout [Element],
+                isolation actor: isolated (any Actor)?
+            ) async throws(Failure) -> Int {
                 if limit < 1 { misuse("next(upTo:into:) needs a limit of at least 1 (got \(limit))") }
                 // One look at the cancellation flag per batch; `next` then
                 // takes its usual look at the next single call's turn.
                 cancellationCheck.callsLeft = 0
-                guard let first = try await subscription.core.next(
-                    isolation: actor, checkCancellation: cancellationCheck.isDue()) else { return 0 }
+                guard
+                    let first = try await subscription.core.next(
+                        isolation: actor, checkCancellation: cancellationCheck.isDue())
+                else { return 0 }
                 buffer.append(first)
                 return 1 + subscription.core.takeBuffered(upTo: limit - 1, into: &buffer)
             }

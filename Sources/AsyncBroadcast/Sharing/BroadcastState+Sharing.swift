@@ -88,11 +88,13 @@ extension BroadcastState {
         sharing._checkInvariants()
         sharing.readinessWaiters._checkInvariants()
         sharing.stoppedWaiters._checkInvariants()
-        internalInvariant(sharing.subscriberCount == subscribers.count || Fault.leakSubscriber,
-                          "sharing counts \(sharing.subscriberCount) subscribers, the registry \(subscribers.count)")
+        internalInvariant(
+            sharing.subscriberCount == subscribers.count || Fault.leakSubscriber,
+            "sharing counts \(sharing.subscriberCount) subscribers, the registry \(subscribers.count)")
         if let id = sharing.pendingEmit {
-            internalInvariant(emitters.contains { $0.id == id } || decidedEmits[id] != nil,
-                              "the upstream's pending emit \(id) is neither queued nor decided")
+            internalInvariant(
+                emitters.contains { $0.id == id } || decidedEmits[id] != nil,
+                "the upstream's pending emit \(id) is neither queued nor decided")
         }
     }
 }

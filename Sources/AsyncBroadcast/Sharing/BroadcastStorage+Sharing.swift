@@ -199,7 +199,8 @@ extension BroadcastStorage {
     func sinkReady(generation: UInt64) {
         withState { state, effects in
             guard state.terminal == nil, let sharing = state.sharing, sharing.isCurrent(generation),
-                  sharing.readyGeneration != generation else { return }
+                sharing.readyGeneration != generation
+            else { return }
             sharing.readyGeneration = generation
             if !Fault.readyIgnored { sharing.readinessWaiters.wakeAll(into: &effects) }
         }

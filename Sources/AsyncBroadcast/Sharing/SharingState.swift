@@ -86,8 +86,10 @@ final class SharingState {
     let startDecided: (@Sendable () -> Void)?
 
     @usableFromInline
-    init<Element, Failure>(mode: BroadcastStart.Mode, source: SharedSource<Element, Failure>, startBlocked: Bool = false,
-                           startDecided: (@Sendable () -> Void)? = nil) {
+    init<Element, Failure>(
+        mode: BroadcastStart.Mode, source: SharedSource<Element, Failure>, startBlocked: Bool = false,
+        startDecided: (@Sendable () -> Void)? = nil
+    ) {
         self.startDecided = startDecided
         self.mode = mode
         self.runsAreTasks = source.runsAreTasks
@@ -249,8 +251,9 @@ final class SharingState {
         case .starting: active = 1; internalInvariant(reconciling, "a run is starting outside the reconciler")
         case .running: active = 1
         }
-        internalInvariant(counters.starts - counters.stops == active,
-                          "starts \(counters.starts) - stops \(counters.stops) != \(active) active run(s)")
+        internalInvariant(
+            counters.starts - counters.stops == active,
+            "starts \(counters.starts) - stops \(counters.stops) != \(active) active run(s)")
         if let timer, timer.task == nil { internalInvariant(reconciling, "a timer is being created outside the reconciler") }
         if pendingEmit != nil { internalInvariant(active == 1, "a pending upstream emit outlives its run") }
         internalInvariant(counters.liveUpstreamTasks >= 0 && counters.liveTimerTasks >= 0, "negative live task count")

@@ -79,9 +79,11 @@ struct BroadcastState<Element: Sendable, Failure: Error>: ~Copyable {
     /// Seeds a new subscriber with the replay window and registers it (or
     /// gives it the terminal event).
     @inlinable
-    mutating func subscribe(_ subscriber: SubscriberCore<Element, Failure>,
-                            fromCancelledTask: Bool,
-                            effects: inout Effects<Element>) {
+    mutating func subscribe(
+        _ subscriber: SubscriberCore<Element, Failure>,
+        fromCancelledTask: Bool,
+        effects: inout Effects<Element>
+    ) {
         // The whole window, whatever the subscriber's policy: the policy
         // governs later sends, and an over-filled subscriber counts as full.
         var overFilled = false
@@ -141,8 +143,10 @@ struct BroadcastState<Element: Sendable, Failure: Error>: ~Copyable {
     /// subscribers the loop prefetches ahead (`SubscriberCore.prefetchObject`).
     /// `replayable: false` (`send(_:replayable:)`): the replay window keeps what it had.
     @inlinable
-    mutating func deliver(_ element: Element, replayable: Bool = true,
-                          effects: inout Effects<Element>) -> BroadcastSendResult {
+    mutating func deliver(
+        _ element: Element, replayable: Bool = true,
+        effects: inout Effects<Element>
+    ) -> BroadcastSendResult {
         var result = BroadcastSendResult()
         // By index: `for … in subscribers` copies the array, and the retain
         // and release of its buffer cost a fifth of a send at N = 1 (an
@@ -334,7 +338,8 @@ struct BroadcastState<Element: Sendable, Failure: Error>: ~Copyable {
         while !emitters.isEmpty {
             guard fullSubscribers.isEmpty else { return }
             let entry = emitters.removeFirst()
-            let result = Fault.dropEmit
+            let result =
+                Fault.dropEmit
                 ? BroadcastSendResult()
                 : deliver(entry.element.unsafelyUnwrapped, effects: &effects)
             decide(entry, .delivered(result), effects: &effects)
@@ -342,8 +347,10 @@ struct BroadcastState<Element: Sendable, Failure: Error>: ~Copyable {
     }
 
     @inlinable
-    mutating func decide(_ entry: consuming PendingEmit<Element>, _ outcome: EmitOutcome,
-                                 effects: inout Effects<Element>) {
+    mutating func decide(
+        _ entry: consuming PendingEmit<Element>, _ outcome: EmitOutcome,
+        effects: inout Effects<Element>
+    ) {
         if let element = entry.element.take() { effects.release(element) }
         decidedEmits[entry.id] = outcome
         if let continuation = entry.continuation { effects.resume(continuation) }
@@ -399,8 +406,9 @@ struct BroadcastState<Element: Sendable, Failure: Error>: ~Copyable {
         internalInvariant(replay.count <= replayLimit, "replay holds \(replay.count) > \(replayLimit)")
         replay._checkInvariants()
         internalInvariant(emitters.allSatisfy { decidedEmits[$0.id] == nil }, "a queued emit is also decided")
-        internalInvariant(registeredCount.loadRelaxed() == subscribers.count,
-                          "published count \(registeredCount.loadRelaxed()) != \(subscribers.count) subscribers")
+        internalInvariant(
+            registeredCount.loadRelaxed() == subscribers.count,
+            "published count \(registeredCount.loadRelaxed()) != \(subscribers.count) subscribers")
         _checkSharingInvariants()
     }
 

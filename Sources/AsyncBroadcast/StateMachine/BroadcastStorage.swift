@@ -67,9 +67,11 @@ final class BroadcastStorage<Element: Sendable, Failure: Error>: @unchecked Send
     /// Inlinable, so that a client's specialization creates it without
     /// generic metadata lookups (a `BroadcastTopics` creates one per topic).
     @inlinable
-    init(defaultPolicy: BroadcastBufferingPolicy, replay: Int, sharing: Sharing<Element, Failure>? = nil,
-         startBlocked: Bool = false,
-         topicObserver: (@Sendable (BroadcastStorage<Element, Failure>) -> Void)? = nil) {
+    init(
+        defaultPolicy: BroadcastBufferingPolicy, replay: Int, sharing: Sharing<Element, Failure>? = nil,
+        startBlocked: Bool = false,
+        topicObserver: (@Sendable (BroadcastStorage<Element, Failure>) -> Void)? = nil
+    ) {
         self.topicObserver = topicObserver
         self.defaultPolicy = defaultPolicy
         let block = AtomicBlock(wordCount: Word.count)
@@ -80,8 +82,9 @@ final class BroadcastStorage<Element: Sendable, Failure: Error>: @unchecked Send
         self.state = BroadcastState(
             replayLimit: replay, parkedConsumers: parkedConsumers, registeredCount: registeredCount,
             sharing: sharing.map {
-                SharingState(mode: $0.start.mode, source: $0.source, startBlocked: startBlocked,
-                             startDecided: $0.startDecided)
+                SharingState(
+                    mode: $0.start.mode, source: $0.source, startBlocked: startBlocked,
+                    startDecided: $0.startDecided)
             })
         state.replaysOnlyWhileSubscribed = topicObserver != nil && sharing == nil
     }
@@ -99,8 +102,10 @@ final class BroadcastStorage<Element: Sendable, Failure: Error>: @unchecked Send
     /// - Parameter role: how to take the lock: a sender first lets waiting
     ///   registrants in, a registrant announces itself (`RegistrationFairness`).
     @inlinable
-    func withState<R>(_ role: LockRole = .other,
-                      _ body: (inout BroadcastState<Element, Failure>, inout Effects<Element>) -> R) -> R {
+    func withState<R>(
+        _ role: LockRole = .other,
+        _ body: (inout BroadcastState<Element, Failure>, inout Effects<Element>) -> R
+    ) -> R {
         var effects = Effects(pool: pool)
         switch role {
         case .sender:

@@ -77,7 +77,8 @@ struct Effects<Element: Sendable>: ~Copyable {
         // Keep the arrays' capacity for the next section (so steady state
         // allocates nothing), but not a burst's: one `finish` that woke
         // 100,000 readers must not pin their array for the sequence's life.
-        let keep = box.wakes.capacity <= EffectsBox<Element>.retainedCapacity
+        let keep =
+            box.wakes.capacity <= EffectsBox<Element>.retainedCapacity
             && box.released.capacity <= EffectsBox<Element>.retainedCapacity
         box.wakes.removeAll(keepingCapacity: keep)
         box.released.removeAll(keepingCapacity: keep)

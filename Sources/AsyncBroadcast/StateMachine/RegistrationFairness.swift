@@ -184,7 +184,8 @@ struct RegistrationFairness: @unchecked Sendable {
     @inlinable @inline(never)
     func lockForSendingAfterWaiting(arrivedBefore target: Int, _ lock: Lock) {
         if target != abandoned.loadRelaxed()
-            || Int(cab_monotonic_nanos()) &- abandonedAt.loadRelaxed() > Self.abandonRenewNanos {
+            || Int(cab_monotonic_nanos()) &- abandonedAt.loadRelaxed() > Self.abandonRenewNanos
+        {
             // Wrapping difference: the counters may wrap, never by half a
             // word between two looks.
             let served = waitBounded(nanos: Self.senderWaitNanos, spinNanos: Self.spinNanos) { self.served.loadRelaxed() &- target >= 0 }
@@ -241,4 +242,3 @@ struct RegistrationFairness: @unchecked Sendable {
         return true
     }
 }
-

@@ -71,8 +71,10 @@ struct Parking: @unchecked Sendable {
     ///   - hasWork: looks at the reader's buffer and terminal state; may take
     ///     the subscriber's own lock briefly.
     @inlinable
-    func park(_ continuation: UnsafeContinuation<Void, Never>, parkedCount: AtomicInt?,
-              hasWork: () -> Bool) {
+    func park(
+        _ continuation: UnsafeContinuation<Void, Never>, parkedCount: AtomicInt?,
+        hasWork: () -> Bool
+    ) {
         _ = parkedCount?.fetchAddAcquiringAndReleasing(1)
         continuationBits.storeRelaxed(unsafeBitCast(continuation, to: Int.self))
         let (exchanged, original) = word.compareExchange(expected: Self.idle, desired: Self.parked)
@@ -102,7 +104,8 @@ struct Parking: @unchecked Sendable {
     func tryUnpark() -> UnsafeContinuation<Void, Never>? {
         if Fault.skipWake { return nil }
         guard word.loadAcquire() == Self.parked,
-              word.compareExchange(expected: Self.parked, desired: Self.idle).exchanged else { return nil }
+            word.compareExchange(expected: Self.parked, desired: Self.idle).exchanged
+        else { return nil }
         return takeContinuation()
     }
 

@@ -239,8 +239,10 @@ struct SubscriberBuffer<Element: Sendable>: @unchecked Sendable {
 
     /// `offer(batch:)` for the locked form; call with `lock` held.
     @inlinable
-    func offerLocked(batch: UnsafeBufferPointer<Element>, to ring: inout RingBuffer<Element>,
-                     parking: Parking, effects: inout Effects<Element>) -> (Int, Int, Bool) {
+    func offerLocked(
+        batch: UnsafeBufferPointer<Element>, to ring: inout RingBuffer<Element>,
+        parking: Parking, effects: inout Effects<Element>
+    ) -> (Int, Int, Bool) {
         var next = 0
         // Only an empty buffer hands an element to a waiting reader, and
         // after that element it is not empty: one look, for the first.
@@ -399,7 +401,6 @@ struct SubscriberBuffer<Element: Sendable>: @unchecked Sendable {
             return locked._withUnsafeGuaranteedRef { $0.ring.count }
         }
     }
-
 
     /// The locked form's elements, detached so that their deinitializers run
     /// after `lock` is released. Call with `lock` held.

@@ -49,7 +49,8 @@ extension SubscriberCore {
             // the last look (each comes with its increment, in one section
             // of the subscriber lock), or the reader reached the first one.
             if dropped != reported,
-               dropped != lagCheckedDropped.loadRelaxed() || position >= lagNextPosition.loadRelaxed() {
+                dropped != lagCheckedDropped.loadRelaxed() || position >= lagNextPosition.loadRelaxed()
+            {
                 let due = takeDueLag(upTo: position, reported: reported)
                 if due > 0 { return .event(.lagged(due)) }
             }

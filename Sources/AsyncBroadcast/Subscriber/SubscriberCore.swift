@@ -137,8 +137,10 @@ final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendab
     @exclusivity(unchecked) @usableFromInline var ignoresTaskCancellation = false
 
     @inlinable
-    init(policy: BroadcastBufferingPolicy, storage: BroadcastStorage<Element, Failure>?,
-         eviction: SubscriberEviction? = nil) {
+    init(
+        policy: BroadcastBufferingPolicy, storage: BroadcastStorage<Element, Failure>?,
+        eviction: SubscriberEviction? = nil
+    ) {
         self.storage = storage
         self.eviction = eviction
         let ringCapacity = SubscriberBuffer<Element>.lockFreeCapacity(for: policy)
@@ -150,8 +152,9 @@ final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendab
         lock = block.lock
         parking = Parking(word: block.word(Word.park), continuationBits: block.word(Word.continuation))
         let ring = ringCapacity.map {
-            SPSCRing<Element>(producerWords: block.word(Word.tail), consumerWords: block.word(Word.head),
-                              firstSegment: extra, capacity: $0)
+            SPSCRing<Element>(
+                producerWords: block.word(Word.tail), consumerWords: block.word(Word.head),
+                firstSegment: extra, capacity: $0)
         }
         buffer = SubscriberBuffer(policy: policy, lock: block.lock, dropped: block.word(Word.dropped), ring: ring)
         terminalHint = block.word(Word.terminalHint)
@@ -167,8 +170,10 @@ final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendab
         let segmentBytes = ringCapacity.map(SPSCSegment<Element>.byteCount(capacity:)) ?? 0
         let failureAlignment = MemoryLayout<Failure>.alignment
         let failureOffset = (segmentBytes + failureAlignment - 1) & ~(failureAlignment - 1)
-        return (failureOffset + MemoryLayout<Failure>.size,
-                Swift.max(SPSCSegment<Element>.alignment, failureAlignment), failureOffset)
+        return (
+            failureOffset + MemoryLayout<Failure>.size,
+            Swift.max(SPSCSegment<Element>.alignment, failureAlignment), failureOffset
+        )
     }
 
     deinit {

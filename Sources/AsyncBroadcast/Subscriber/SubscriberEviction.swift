@@ -93,7 +93,8 @@ extension SubscriberCore: EvictedSubscriber {
         }
         // Conservative on the upper bound (the real count may be lower and
         // still have room to grow).
-        let mayBeOver = Swift.min(count &+ adding, growthLimit) > eviction.hard || growsPastHard(count)
+        let mayBeOver =
+            Swift.min(count &+ adding, growthLimit) > eviction.hard || growsPastHard(count)
             || count > eviction.soft
         if !mayBeOver {
             if eviction.overSince != nil { eviction.overSince = nil }

@@ -15,8 +15,10 @@ var internalChecksEnabled: Bool {
 /// An invariant of the library's storage. Checked only under
 /// `ASYNCBROADCAST_INTERNAL_CHECKS`; a violation traps with `message`.
 @inlinable @inline(__always)
-func internalInvariant(_ condition: @autoclosure () -> Bool, _ message: @autoclosure () -> String,
-                       file: StaticString = #fileID, line: UInt = #line) {
+func internalInvariant(
+    _ condition: @autoclosure () -> Bool, _ message: @autoclosure () -> String,
+    file: StaticString = #fileID, line: UInt = #line
+) {
     if internalChecksEnabled && !condition() {
         internalInconsistency(message(), file: file, line: line)
     }

@@ -10,8 +10,10 @@ extension BroadcastStorage {
     /// Also tells whether the subscriber was registered (not when the
     /// sequence has finished, or the task is cancelled).
     @inlinable
-    func subscribeDeferringFollowUp(policy: BroadcastBufferingPolicy, eviction: SubscriberEviction? = nil,
-                                    fromCancelledTask: Bool = Task.isCancelled)
+    func subscribeDeferringFollowUp(
+        policy: BroadcastBufferingPolicy, eviction: SubscriberEviction? = nil,
+        fromCancelledTask: Bool = Task.isCancelled
+    )
         -> (subscriber: SubscriberCore<Element, Failure>, registered: Bool, followUp: MembershipFollowUp?)
     {
         let subscriber = SubscriberCore<Element, Failure>(policy: policy, storage: self, eviction: eviction)

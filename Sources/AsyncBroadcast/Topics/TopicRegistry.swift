@@ -117,8 +117,10 @@ final class TopicRegistry<Topic: Hashable & Sendable, Element: Sendable, Failure
     @usableFromInline nonisolated(unsafe) var afterSubscribeUnlock: (@Sendable () -> Void)?
 
     @usableFromInline
-    init(defaultPolicy: BroadcastBufferingPolicy, replay: Int, start: BroadcastStart? = nil,
-         source: Listener.Source? = nil) {
+    init(
+        defaultPolicy: BroadcastBufferingPolicy, replay: Int, start: BroadcastStart? = nil,
+        source: Listener.Source? = nil
+    ) {
         self.defaultPolicy = defaultPolicy
         self.replay = replay
         let activity = ListenerActivity()
@@ -171,10 +173,12 @@ final class TopicRegistry<Topic: Hashable & Sendable, Element: Sendable, Failure
         guard let listener else {
             return Storage(defaultPolicy: defaultPolicy, replay: replay, topicObserver: observer)
         }
-        let sharing = Sharing<Element, Failure>(start: listener.start, source: listener.sharedSource(for: topic),
-                                                startDecided: listener.startDecided)
-        return Storage(defaultPolicy: defaultPolicy, replay: replay, sharing: sharing,
-                       startBlocked: startBlocked, topicObserver: observer)
+        let sharing = Sharing<Element, Failure>(
+            start: listener.start, source: listener.sharedSource(for: topic),
+            startDecided: listener.startDecided)
+        return Storage(
+            defaultPolicy: defaultPolicy, replay: replay, sharing: sharing,
+            startBlocked: startBlocked, topicObserver: observer)
     }
 
     /// The live generation of `topic` for a subscriber (shard lock held):
@@ -233,8 +237,9 @@ final class TopicRegistry<Topic: Hashable & Sendable, Element: Sendable, Failure
                 }
             }
             guard var stopping = shard.retiring[topic],
-                  let index = stopping.firstIndex(where: { $0 === storage }),
-                  storage.runHasStopped else { return }
+                let index = stopping.firstIndex(where: { $0 === storage }),
+                storage.runHasStopped
+            else { return }
             release = stopping.remove(at: index)
             if stopping.isEmpty {
                 shard.retiring[topic] = nil
@@ -270,8 +275,10 @@ final class TopicRegistry<Topic: Hashable & Sendable, Element: Sendable, Failure
     ///   A subscriber that did not register (its generation had finished)
     ///   starts again at once: the next subscriber starts the topic afresh.
     @inlinable
-    func subscribe(to topic: Topic, policy: BroadcastBufferingPolicy,
-                   eviction: SubscriberEviction? = nil) -> SubscriberCore<Element, Failure> {
+    func subscribe(
+        to topic: Topic, policy: BroadcastBufferingPolicy,
+        eviction: SubscriberEviction? = nil
+    ) -> SubscriberCore<Element, Failure> {
         let shard = shard(for: topic)
         let fromCancelledTask = Task.isCancelled
         var eviction = eviction
@@ -284,8 +291,10 @@ final class TopicRegistry<Topic: Hashable & Sendable, Element: Sendable, Failure
             if fromCancelledTask && !Fault.cancelledSubscribeGoesLive {
                 // The live generation's replay window, then the end.
                 let live = shard.live[topic].flatMap { $0.hasFinished ? nil : $0 }
-                let subscriber = live?.subscribeDeferringFollowUp(policy: policy, eviction: eviction,
-                                                                   fromCancelledTask: true).subscriber
+                let subscriber = live?.subscribeDeferringFollowUp(
+                    policy: policy, eviction: eviction,
+                    fromCancelledTask: true
+                ).subscriber
                 shard.lock.unlock()
                 afterSubscribeUnlock?()
                 return subscriber ?? cancelledSubscriber(policy: policy)
@@ -434,4 +443,3 @@ final class TopicRegistry<Topic: Hashable & Sendable, Element: Sendable, Failure
         shards.reduce(0) { total, shard in total + shard.lock.withLock { shard.live.count } }
     }
 }
-

@@ -136,8 +136,10 @@ struct ValueState<Value: Sendable, Failure: Error> {
     /// the latest unseen value, the end, the error once, or `.empty` (and
     /// then, when `preparingToPark`, it is on the parked list).
     @inlinable
-    mutating func take(for subscriber: ValueSubscriber<Value, Failure>,
-                       preparingToPark: Bool = true) -> PollOutcome<Value, Failure> {
+    mutating func take(
+        for subscriber: ValueSubscriber<Value, Failure>,
+        preparingToPark: Bool = true
+    ) -> PollOutcome<Value, Failure> {
         if subscriber.ended { return .end }
         if subscriber.seen != version {
             if Fault.valueDuplicate {
@@ -180,8 +182,9 @@ struct ValueState<Value: Sendable, Failure: Error> {
             let subscriber = subscribers[index]
             internalInvariant(subscriber.registryIndex == index, "registry index out of place")
             internalInvariant(!subscriber.ended, "an ended subscriber is still registered")
-            internalInvariant(subscriber.seen < version || (subscriber.seen == version && terminal == nil),
-                              "a finished subscriber that has seen the last value is still registered")
+            internalInvariant(
+                subscriber.seen < version || (subscriber.seen == version && terminal == nil),
+                "a finished subscriber that has seen the last value is still registered")
         }
         for index in invariantCheckPositions(count: parked.count, cursor: &checkCursor) {
             let subscriber = parked[index]
