@@ -287,8 +287,11 @@ import AsyncBroadcastTestSupport
         let keeper = shared.subscribe()
         let run = try await feed.waitForRun(1)
         run.send(contentsOf: 1...3)
-        try await waitUntil("the upstream's third element evicts it") { subscription.isEvicted }
-        #expect(shared.subscriberCount == 1)
+        // `isEvicted` is set inside the send's critical section, its removal
+        // runs right after it, in the upstream's task: wait for the send.
+        try await waitUntil("the upstream's third element evicts it") {
+            subscription.isEvicted && shared.subscriberCount == 1
+        }
         #expect(try await take(3, from: keeper) == [1, 2, 3])
         #expect(try await drain(subscription) == [])
     }
