@@ -21,9 +21,13 @@
 # SHARING_PARALLEL_RECONCILERS), caught by
 # the sharing rounds; topics (TOPIC_RETIRES_BUSY, TOPIC_STARTS_UNBLOCKED),
 # caught by the topics rounds; the v5 surface of topics (END_SKIPS_PENDING_LAG,
-# EVICTION_COMPARES_HELD, SUBSCRIBE_IGNORES_FINISH,
-# CANCELLED_SUBSCRIBE_GOES_LIVE), caught by the lifecycle rounds, which
-# these runs ask for alone (--kinds lifecycle: the fault is theirs to find).
+# EVICTION_COMPARES_HELD, SUBSCRIBE_IGNORES_FINISH), caught by the lifecycle
+# rounds, which these runs ask for alone (--kinds lifecycle: the fault is
+# theirs to find). CANCELLED_SUBSCRIBE_GOES_LIVE is not in the default list:
+# the lifecycle rounds see it only as a stale element in a later subscriber,
+# which a second rule now prevents on its own (an emptied topic generation
+# keeps nothing), so no stress run can show it; CoreV6DefectTests (the topic
+# live in the window) and fuzz-topics catch it. It can still be named.
 # Every other run uses the normal mix of round kinds but the litmus rounds
 # (which hammer one cross-thread handshake; their orderings are checked by
 # scripts/litmus.sh and Fuzz/fault-check.sh).
@@ -63,8 +67,7 @@ faults=("$@")
                                     VALUE_EQUAL_IS_CHANGE PROMISE_DOUBLE_COMPLETE
                                     SHARING_SKIP_STOP SHARING_STALE_DELIVERY COUNTS_SKIP_REMOVAL
                                     SHARING_PARALLEL_RECONCILERS TOPIC_RETIRES_BUSY TOPIC_STARTS_UNBLOCKED
-                                    END_SKIPS_PENDING_LAG EVICTION_COMPARES_HELD SUBSCRIBE_IGNORES_FINISH
-                                    CANCELLED_SUBSCRIBE_GOES_LIVE)
+                                    END_SKIPS_PENDING_LAG EVICTION_COMPARES_HELD SUBSCRIBE_IGNORES_FINISH)
 # Generous outer bound: the stress tool enforces its own deadline and exits.
 hard_limit=$(( budget + 3 * deadline + 60 ))
 
