@@ -509,11 +509,16 @@ class FastClient:
 
 
 def publisher_loop(server: str, bodies: list[bytes], statuses: collections.Counter, lock: threading.Lock) -> None:
+    post_loop(server, [("/publish", body) for body in bodies], statuses, lock)
+
+
+def post_loop(server: str, posts: list[tuple[str, bytes]], statuses: collections.Counter, lock: threading.Lock) -> None:
+    """POSTs every (path, body) on one keep-alive connection (a new one after an error); counts the statuses."""
     host, port = server.split(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=30)
-    for body in bodies:
+    for path, body in posts:
         try:
-            conn.request("POST", "/publish", body=body)
+            conn.request("POST", path, body=body)
             response = conn.getresponse()
             response.read()
             status = response.status

@@ -149,28 +149,10 @@ def frames_until(reader, stop, timeout: float) -> list[dict]:
 def publish_all(h, server: str, items: list[tuple[str, bytes]], publishers: int = 4) -> dict:
     """POSTs every (path, body) on `publishers` keep-alive connections; the statuses counted."""
     import collections
-    import http.client
     statuses: collections.Counter = collections.Counter()
     lock = threading.Lock()
-    host, port = server.split(":")
-
-    def loop(share: list[tuple[str, bytes]]) -> None:
-        conn = http.client.HTTPConnection(host, int(port), timeout=30)
-        for path, body in share:
-            try:
-                conn.request("POST", path, body=body)
-                response = conn.getresponse()
-                response.read()
-                status = response.status
-            except (OSError, http.client.HTTPException) as error:
-                status = type(error).__name__
-                conn.close()
-                conn = http.client.HTTPConnection(host, int(port), timeout=30)
-            with lock:
-                statuses[status] += 1
-        conn.close()
-
-    threads = [threading.Thread(target=loop, args=(items[k::publishers],), daemon=True) for k in range(publishers)]
+    threads = [threading.Thread(target=h.post_loop, args=(server, items[k::publishers], statuses, lock), daemon=True)
+               for k in range(publishers)]
     for thread in threads:
         thread.start()
     for thread in threads:
