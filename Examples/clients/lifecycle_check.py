@@ -214,14 +214,23 @@ async def eviction(args, checks: Checks, run: str) -> None:
                      evicted > before and took >= 9,
                      f"evicted {before} -> {evicted} {took:.1f} s after the first publish ({burst:.1f} s of publishing)")
         code = None
+        frames = 0
+        resumed = time.monotonic()
+        detail = ""
         try:
             while True:
                 await asyncio.wait_for(ws.recv(), 20)
+                frames += 1
         except websockets.exceptions.ConnectionClosed as closed:
             code = closed.rcvd.code if closed.rcvd else None
+            # Without a close frame: who ended the connection, and how long the backlog took
+            # (the server gives the close frame 5 s from the eviction, then closes the channel).
+            detail = f" ({type(closed).__name__}: {closed}; sent {closed.sent.code if closed.sent else None})"
         except asyncio.TimeoutError:
             code = "timeout"
-        checks.check("reading again, it finds close code 1013 behind its backlog", code == 1013, f"close code {code}")
+        checks.check("reading again, it finds close code 1013 behind its backlog", code == 1013,
+                     f"close code {code}{detail} after {frames} frames, {time.monotonic() - resumed:.2f} s of reading, "
+                     f"eviction seen {took:.1f} s after the first publish")
     status, _ = request(args.server, "GET", "/stats")
     checks.check("the server keeps serving after an eviction", status == 200, f"/stats {status}")
     await never_reads(args, checks, run)
