@@ -50,6 +50,7 @@ public final class BroadcastSequence<Element: Sendable, Failure: Error>: AsyncSe
     ///
     /// A negative `replay` or capacity, or `.bounded(0)`, traps with a
     /// message naming it, in every build configuration. <!-- restates: MISUSE-NEGATIVE-REPLAY -->
+    @inlinable  // so that the storage is created specialized (see `BroadcastStorage.finishWhenDropped`)
     public init(bufferingPolicy: BufferingPolicy = .unbounded, replay: Int = 0) {
         if replay < 0 { misuse("replay must not be negative (got \(replay))") }
         bufferingPolicy.validate(argument: "bufferingPolicy")
@@ -71,6 +72,7 @@ public final class BroadcastSequence<Element: Sendable, Failure: Error>: AsyncSe
     /// let downloads = BroadcastSequence(of: Data.self, throwing: NetworkError.self,
     ///                                   bufferingPolicy: .bounded(64))
     /// ```
+    @inlinable
     public convenience init(
         of: Element.Type = Element.self, throwing: Failure.Type,
         bufferingPolicy: BufferingPolicy = .unbounded, replay: Int = 0
@@ -79,7 +81,7 @@ public final class BroadcastSequence<Element: Sendable, Failure: Error>: AsyncSe
     }
 
     deinit {
-        storage.finish(.finished)
+        storage.finishWhenDropped(storage)
     }
 
     // MARK: Producing
@@ -169,6 +171,7 @@ extension BroadcastSequence where Failure == Never {
     /// ```swift
     /// let ticks = BroadcastSequence(of: Int.self, bufferingPolicy: .bufferingNewest(1))
     /// ```
+    @inlinable
     public convenience init(
         of: Element.Type = Element.self,
         bufferingPolicy: BufferingPolicy = .unbounded, replay: Int = 0
