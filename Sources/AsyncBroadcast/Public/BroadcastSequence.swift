@@ -125,6 +125,7 @@ public final class BroadcastSequence<Element: Sendable, Failure: Error>: AsyncSe
     /// Ends the sequence. Each subscriber receives what it already holds,
     /// then `nil`. Only the first `finish` or `finish(throwing:)` counts.
     /// <!-- restates: SEQ-FINISH-FIRST-WINS -->
+    @inlinable
     public func finish() {
         storage.finish(.finished)
     }
@@ -133,6 +134,7 @@ public final class BroadcastSequence<Element: Sendable, Failure: Error>: AsyncSe
     /// already holds, then throws `error` once, then returns `nil`. Only the
     /// first `finish` or `finish(throwing:)` counts.
     /// <!-- restates: SEQ-FINISH-DRAIN-THEN-END -->
+    @inlinable
     public func finish(throwing error: Failure) {
         storage.finish(.failed(error))
     }
