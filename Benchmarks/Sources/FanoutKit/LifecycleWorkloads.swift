@@ -9,6 +9,13 @@
 //   task, over and over, from P = 1, 2, 4 tasks: sequences per second.
 // - create + release: P = 1, 2, 4 threads each making a sequence nobody
 //   subscribes to and releasing it (which finishes it): per second.
+// - create, send 1, release: one task making a sequence, sending it one
+//   element (nobody subscribed) and releasing it, against the hand-built
+//   peer (lock+AsyncStream's lock and empty dictionary of continuations,
+//   one `yield` to nobody): ns per sequence, and allocations per sequence
+//   (a separate, untimed run). Each is kept until the next one replaces it,
+//   so it escapes (the compiler put a purely local one on the stack). What
+//   a topic of a `BroadcastTopics` that lives for one send costs.
 //
 // `fanout-compare --filter lifecycle` runs them alone. Checked: every
 // drained subscriber got 0, 1, 2, 3 and then the end.
@@ -123,6 +130,52 @@ func runCreateRelease(threads p: Int, per: Int) async -> ScaleRun {
     return run
 }
 
+/// Where a create-send-release cycle keeps its sequence until the next
+/// cycle replaces (and so releases) it, as a registry keeps a topic: the
+/// object escapes, so the compiler cannot put it on the stack.
+final class LastObject {
+    var object: AnyObject?
+}
+
+/// One sequence nobody subscribes to: created, sent `i`, released (when
+/// the next cycle replaces it in `slot`).
+@inline(never)
+func createSendDropBroadcast(_ i: Int, _ slot: LastObject) -> Bool {
+    let sequence = BroadcastSequence<Int, Never>()
+    slot.object = sequence
+    return sequence.send(i).delivered == 0
+}
+
+/// The hand-built peer: a lock and an empty dictionary of continuations.
+@inline(never)
+func createSendDropLock(_ i: Int, _ slot: LastObject) -> Bool {
+    let peer = LockStreamPeer<Int>(policy: .unbounded)
+    slot.object = peer
+    peer.yield(i)
+    return peer.state.withLock { $0.continuations.isEmpty }
+}
+
+/// `per` create-send-release cycles in the calling task: ns per cycle in
+/// `nsPerDelivery`; with `meter`, an untimed run of `per` more first, whose
+/// allocations per cycle go to `extra["allocs"]`.
+func runCreateSendDrop(per: Int, meter: AllocMeter?, _ once: (Int, LastObject) -> Bool) -> ScaleRun {
+    var run = ScaleRun()
+    var ok = true
+    let slot = LastObject()
+    if let meter {
+        meter.start()
+        for i in 0..<per { ok = once(i, slot) && ok }
+        run.extra["allocs"] = Double(meter.stop()) / Double(per)
+    }
+    slot.object = nil
+    let t0 = nowNanos()
+    for i in 0..<per { ok = once(i, slot) && ok }
+    slot.object = nil
+    run.nsPerDelivery = Double(nowNanos() &- t0) / Double(per)
+    if !ok { run.error = "a send to a sequence nobody subscribed to delivered something" }
+    return run
+}
+
 extension ScaleContext {
     func lifecycleTable(_ o: CompareOptions) async -> [String] {
         let runs = plan.smoke ? 1 : plan.reps
@@ -172,6 +225,29 @@ extension ScaleContext {
                     + "| \(fmt(median(xs) / 1e3, 0)) | \(fmt(xs.min()! / 1e3, 0)) | \(fmt(xs.max()! / 1e3, 0)) |")
             }
         }
+        for counting in [false, true] {
+            let meter = counting ? o.meter : nil
+            if counting && meter == nil { continue }
+            let r = await interleave(.lifecycle, n: 1, tag: " create+send+release\(counting ? " allocs" : "")", runs: counting ? 1 : runs, [
+                ScaleCell(peer: scaleOurs) { runCreateSendDrop(per: createPer, meter: meter, createSendDropBroadcast) },
+                ScaleCell(peer: scaleLock) { runCreateSendDrop(per: createPer, meter: meter, createSendDropLock) },
+            ])
+            let medians = Dictionary(r.filter { !$0.skipped }.map { ($0.peer, median($0.runs.map(\.nsPerDelivery))) }, uniquingKeysWith: { a, _ in a })
+            for pr in r where !pr.skipped {
+                let peer = pr.error.map { "\(pr.peer) **WRONG: \($0)**" } ?? pr.peer
+                if counting {
+                    let a = pr.runs.compactMap { $0.extra["allocs"] }
+                    p("| create, send 1, release (nobody subscribed): allocations per sequence | 1 | \(peer) | \(a.count) "
+                        + "| \(fmt(median(a), 2)) | \(fmt(a.min()!, 2)) | \(fmt(a.max()!, 2)) |")
+                } else {
+                    let xs = pr.runs.map(\.nsPerDelivery)
+                    let times = pr.peer == scaleOurs
+                        ? medians[scaleLock].map { " (\(fmt(median(xs) / $0, 2))× the peer's)" } ?? "" : ""
+                    p("| create, send 1, release (nobody subscribed): ns per sequence\(times) | 1 | \(peer) | \(xs.count) "
+                        + "| \(fmt(median(xs), 1)) | \(fmt(xs.min()!, 1)) | \(fmt(xs.max()!, 1)) |")
+                }
+            }
+        }
         p("")
         p("finish(): the time of the `finish()` call on a fresh sequence whose one subscriber's reader task has taken "
             + "everything and is suspended in `next()` (\(grouped(samples)) samples per run; median over runs of each run's p50, "
@@ -179,6 +255,9 @@ extension ScaleContext {
             + "four elements and the end, \(grouped(shortPer)) sequences in all per run (lock+AsyncStream: `makeStream`, "
             + "four yields under its lock, finish, the same drain). Create + release: P pthreads each create a "
             + "`BroadcastSequence` and release it (its deinit finishes it), \(grouped(createPer)) in all per run. "
+            + "Create, send 1, release: one task creates a `BroadcastSequence`, stores it (the next one replaces it: it escapes), "
+            + "sends it one element and releases it (lock+AsyncStream: the peer's lock and empty dictionary, one `yield` to nobody), \(grouped(createPer)) per run; "
+            + "allocations per sequence from one more, untimed run per peer. "
             + "Median, minimum and maximum over the runs.")
         return out
     }

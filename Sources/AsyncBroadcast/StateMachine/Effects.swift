@@ -89,9 +89,12 @@ struct Effects<Element: Sendable>: ~Copyable {
 /// The reusable arrays behind `Effects`.
 @usableFromInline
 final class EffectsBox<Element: Sendable> {
-    @usableFromInline var wakes: [UnsafeContinuation<Void, Never>] = []
-    @usableFromInline var released: [Element] = []
-    @usableFromInline var evictions: [any EvictedSubscriber] = []
+    // Unchecked exclusivity (no `swift_beginAccess` per record and per
+    // run): one `Effects` at a time owns a box (the pool hands it out by
+    // an atomic exchange), and nothing it runs can reach the box again.
+    @exclusivity(unchecked) @usableFromInline var wakes: [UnsafeContinuation<Void, Never>] = []
+    @exclusivity(unchecked) @usableFromInline var released: [Element] = []
+    @exclusivity(unchecked) @usableFromInline var evictions: [any EvictedSubscriber] = []
 
     /// Larger arrays are freed after use instead of kept for reuse.
     @inlinable static var retainedCapacity: Int { 1024 }
