@@ -111,25 +111,14 @@ final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendab
     @usableFromInline let storage: BroadcastStorage<Element, Failure>?
     /// The lock, every atomic word below and a lock-free buffer's first
     /// segment, from one allocation.
-    ///
-    /// The lock and the words are computed from `block` rather than stored:
-    /// a stored view per word made the object five cache lines long, and a
-    /// woken reader or a sparse send missed on most of them (`perf annotate`
-    /// of `waitForNext`, `sparse: fan-out` cell). Now what a delivery and a
-    /// wake read of the object (`storage`, `block`, `buffer`,
-    /// `ignoresTaskCancellation`, `eviction`'s tag) sits in its first lines.
     @usableFromInline let block: AtomicBlock
+    @usableFromInline let lock: Lock
+    @usableFromInline let parking: Parking
     @usableFromInline let buffer: SubscriberBuffer<Element>
     /// Its eviction limits, `nil` for none: next to `buffer`, which every
     /// send reads, so the check costs a subscriber without limits nothing
     /// but this load.
     @usableFromInline let eviction: SubscriberEviction?
-    /// Set (before the subscriber is published) for a subscriber created
-    /// ended, from a cancelled task or after `finish`: it yields its replay
-    /// window whatever its task's state, since nothing sent after the
-    /// cancellation can reach it anyway. (It skips the runtime exclusivity
-    /// check: written once before the subscriber is published.)
-    @exclusivity(unchecked) @usableFromInline var ignoresTaskCancellation = false
     /// Which terminal event is recorded (guarded by `lock`): 0 none, else a
     /// `TerminalKind`. With `failure`, it stands for a stored
     /// `SubscriberTerminal<Failure>?`, which the unspecialized `deinit`
@@ -138,23 +127,24 @@ final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendab
     /// In the block's extra bytes, after the ring's first segment;
     /// initialized exactly while `terminalKind == TerminalKind.failed`.
     @usableFromInline let failure: UnsafeMutablePointer<Failure>
-    // The next two skip the runtime exclusivity check (a `swift_beginAccess`
-    // call on every access, and they are touched for each subscriber on
-    // every send). Their guard already excludes overlapping accesses: they
-    // are touched only under the sequence lock. No access spans a call into
-    // user code, so there is no same-thread overlap for the check to find
-    // either.
+    @usableFromInline let terminalHint: AtomicInt
+    @usableFromInline let consumerBusy: AtomicInt
+    @usableFromInline let ended: AtomicInt
+    @usableFromInline let cancelRequested: AtomicInt
+    // The next three skip the runtime exclusivity check (a `swift_beginAccess`
+    // call on every access, and `registryIndex`/`fullIndex` are touched for
+    // each subscriber on every send). Their guards already exclude
+    // overlapping accesses: the first two are touched only under the sequence
+    // lock, and `ignoresTaskCancellation` is written once before the
+    // subscriber is published. No access spans a call into user code, so
+    // there is no same-thread overlap for the check to find either.
     @exclusivity(unchecked) @usableFromInline var registryIndex: Int?
     @exclusivity(unchecked) @usableFromInline var fullIndex: Int?
-
-    @inlinable var lock: Lock { block.lock }
-    @inlinable var parking: Parking {
-        Parking(word: block.word(Word.park), continuationBits: block.word(Word.continuation))
-    }
-    @inlinable var terminalHint: AtomicInt { block.word(Word.terminalHint) }
-    @inlinable var consumerBusy: AtomicInt { block.word(Word.consumerBusy) }
-    @inlinable var ended: AtomicInt { block.word(Word.ended) }
-    @inlinable var cancelRequested: AtomicInt { block.word(Word.cancelRequested) }
+    /// Set (before the subscriber is published) for a subscriber created
+    /// ended, from a cancelled task or after `finish`: it yields its replay
+    /// window whatever its task's state, since nothing sent after the
+    /// cancellation can reach it anyway.
+    @exclusivity(unchecked) @usableFromInline var ignoresTaskCancellation = false
 
     @inlinable
     init(
@@ -169,12 +159,18 @@ final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendab
         self.block = block
         let extra = block.extra(wordCount: Word.count, extraAlignment: layout.alignment)
         failure = (extra + layout.failureOffset).bindMemory(to: Failure.self, capacity: 1)
+        lock = block.lock
+        parking = Parking(word: block.word(Word.park), continuationBits: block.word(Word.continuation))
         let ring = ringCapacity.map {
             SPSCRing<Element>(
                 producerWords: block.word(Word.tail), consumerWords: block.word(Word.head),
                 firstSegment: extra, capacity: $0)
         }
         buffer = SubscriberBuffer(policy: policy, lock: block.lock, dropped: block.word(Word.dropped), ring: ring)
+        terminalHint = block.word(Word.terminalHint)
+        consumerBusy = block.word(Word.consumerBusy)
+        ended = block.word(Word.ended)
+        cancelRequested = block.word(Word.cancelRequested)
     }
 
     /// The block's extra bytes: a lock-free buffer's first segment, then
