@@ -248,6 +248,34 @@ func makeRows() -> [Row] {
                 }))
     }
 
+    // row-1 claims: DRF-RESUME-ONCE
+    // Row 1 again, with more subscribers than `BroadcastState.directWakeLimit`:
+    // the send looks at `parkedCount` after its fence before any park word
+    // (with one subscriber it looks at the park word at once). The other
+    // subscribers are never read.
+    rows.append(
+        Row(
+            number: 1, name: "park / send, unbounded, 6 subscribers (parked count)",
+            shown: [.wakeSkipsFence],
+            notShown: [(.parkSkipsFence, "the reader's CAS to parked drains its buffer in a TSO model (C11 needs the fence: an acq_rel CAS does not order a later load of another word)")],
+            lockOrdered: false,
+            jobA: true, jobB: false,
+            make: { executor in
+                let sequence = BroadcastSequence<Int, Never>(bufferingPolicy: .unbounded)
+                let subscription = sequence.subscribe()
+                let others = (0..<5).map { _ in sequence.subscribe() }
+                let mailbox = Mailbox()
+                var task: Task<Void, Never>? = reader(subscription, on: executor, mailbox)
+                var delivered = 0
+                return Scenario(
+                    sideA: { step(task, executor) },
+                    sideB: { delivered = sequence.send(1).delivered },
+                    check: { delivered == 0 ? nil : readerCanGoOn(task, mailbox, executor, "a send that delivered") },
+                    cleanup: {
+                        sequence.finish(); executor.runUntilIdle(); task = nil; _ = subscription; _ = others
+                    })
+            }))
+
     // row-2 claims: SEQ-FINISH-IDLE-LEAVES
     // Row 2: pop / finish (the drained subscriber that stayed counted). The
     // consumer takes its last element (head store, fence when drained, loads

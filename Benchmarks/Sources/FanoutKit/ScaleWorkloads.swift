@@ -88,6 +88,8 @@ enum ScaleWorkload: String, CaseIterable {
     case topicsMemory = "topics: memory"
     case topicsFanout = "topics: fan-out"
     case topicsChurn = "topics: churn"
+    // Plain sequences of 1-2 subscribers beside the wake floor (WakeFloor.swift).
+    case sparseFanout = "sparse: fan-out"
 }
 
 /// The scale workloads the options select. With a filter, only one that
@@ -1406,6 +1408,9 @@ func runScale(_ o: CompareOptions, _ workloads: [ScaleWorkload], watchdog: Watch
     }
     if workloads.contains(.topicsChurn) {
         for line in await ctx.topicsChurnTable(o) { p(line) }
+    }
+    if workloads.contains(.sparseFanout) {
+        for line in await ctx.sparseFanoutTable(o) { p(line) }
     }
 
     if !ctx.notes.isEmpty {

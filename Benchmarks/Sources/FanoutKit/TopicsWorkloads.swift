@@ -303,11 +303,22 @@ extension ScaleContext {
 
 /// The sends of one fan-out configuration, made before any run: every
 /// producer's topics, and what each topic must receive.
+///
+/// Two shapes. `topics`: Centrifugo's, S subscribers each on a personal
+/// topic and on one of S/10 group topics of 10 (topics 0..<S personal,
+/// S..<S+G groups). `sequences`: K sparse broadcasters (plain
+/// `BroadcastSequence`s) of 1 (even index) or 2 (odd index) subscribers.
+/// Either way the subscriptions are numbered in topic order, each topic's
+/// contiguous (`firstSubscription`), so a peer finds a topic's members by index.
 final class FanoutSends: Sendable {
+    enum Shape: Sendable {
+        case topics
+        case sequences
+    }
+    let shape: Shape
     let subscribers: Int
     let groups: Int
     let producers: Int
-    /// Topics: personal 0..<S, groups S..<S+G.
     let topicCount: Int
     let shift: Int
     let mask: Int
@@ -317,17 +328,30 @@ final class FanoutSends: Sendable {
     let expectedSum: [Int]
     let deliveries: Int
     let sends: Int
+    /// Topic t's subscriptions are `firstSubscription[t] ..< firstSubscription[t + 1]`.
+    let firstSubscription: [Int32]
+    /// The topic of each subscription.
+    let topicOfSubscription: [Int32]
 
-    init(subscribers s: Int, producers p: Int, sends m: Int) {
+    /// `subscribers`: S for `.topics`, K (the sequences) for `.sequences`.
+    init(subscribers s: Int, producers p: Int, sends m: Int, shape: Shape = .topics) {
+        self.shape = shape
         subscribers = s
-        groups = (s + 9) / 10
+        switch shape {
+        case .topics:
+            groups = (s + 9) / 10
+            topicCount = s + groups
+        case .sequences:
+            groups = 0
+            topicCount = s
+        }
         producers = p
-        topicCount = s + groups
         shift = Swift.max(1, Int.bitWidth - (topicCount - 1).leadingZeroBitCount)
         mask = (1 << shift) - 1
         let per = m / p
         sends = per * p
-        var rng = SplitMix(seed: 0x70_1c5 &+ UInt64(p))
+        // The topics cell's draws are the ones it always had.
+        var rng = SplitMix(seed: (shape == .topics ? 0x70_1c5 : 0x5ba_25e) &+ UInt64(p))
         var plan: [[Int32]] = []
         var count = [Int32](repeating: 0, count: topicCount)
         var sum = [Int](repeating: 0, count: topicCount)
@@ -345,8 +369,17 @@ final class FanoutSends: Sendable {
         self.plan = plan
         expectedCount = count
         expectedSum = sum
+        var first = [Int32](repeating: 0, count: topicCount + 1)
+        var topicOf: [Int32] = []
         var d = 0
-        for t in 0..<topicCount { d += Int(count[t]) * Self.members(of: t, subscribers: s) }
+        for t in 0..<topicCount {
+            let members = Self.members(of: t, subscribers: s, shape: shape)
+            first[t + 1] = first[t] + Int32(members)
+            for _ in 0..<members { topicOf.append(Int32(t)) }
+            d += Int(count[t]) * members
+        }
+        firstSubscription = first
+        topicOfSubscription = topicOf
         deliveries = d
     }
 
@@ -359,15 +392,23 @@ final class FanoutSends: Sendable {
         let t = Int(plan[q][i])
         return (Self.key(producer: q, index: i, topic: t, producers: producers, shift: shift), t)
     }
-    static func members(of topic: Int, subscribers s: Int) -> Int {
-        if topic < s { return 1 }
-        let g = topic - s
-        return Swift.min(10, s - g * 10)
+    static func members(of topic: Int, subscribers s: Int, shape: Shape) -> Int {
+        switch shape {
+        case .topics:
+            if topic < s { return 1 }
+            let g = topic - s
+            return Swift.min(10, s - g * 10)
+        case .sequences:
+            return 1 + (topic & 1)
+        }
     }
-    /// Subscriptions: 0..<S personal (topic j), S..<2S group (topic S + (j−S)/10).
-    var subscriptionCount: Int { 2 * subscribers }
-    @inline(__always) func topic(ofSubscription j: Int) -> Int {
-        j < subscribers ? j : subscribers + (j - subscribers) / 10
+    /// `.topics`: 0..<S personal (topic j), S..<2S group (topic S + (j−S)/10).
+    var subscriptionCount: Int { topicOfSubscription.count }
+    @inline(__always) func topic(ofSubscription j: Int) -> Int { Int(topicOfSubscription[j]) }
+    /// The subscription the deliberate fault (FANOUT_SCALE_FAULT=1) miscounts:
+    /// the first one that is sent anything, so that the fault always shows.
+    var faultySubscription: Int {
+        (0..<subscriptionCount).first { expectedCount[topic(ofSubscription: $0)] > 0 } ?? 0
     }
 }
 
@@ -461,20 +502,22 @@ func runTopicProducers(_ sends: FanoutSends, _ send: TopicSend) async -> (start:
 /// check every reader's count, sum, topic and order.
 func runTopicsFanout<S: AsyncSequence & Sendable>(
     _ sends: FanoutSends, setupStart: UInt64, streams: [S], send: TopicSend,
-    finish: @escaping @Sendable () async -> Void, beat: @escaping @Sendable () -> Void
+    finish: @escaping @Sendable () async -> Void, meter: ByteMeter? = nil, beat: @escaping @Sendable () -> Void
 ) async -> ScaleRun where S.Element == Int, S.Failure == Never {
     let n = streams.count
     let ready = Latch(n)
     let reached = Counter()
     let stamps = Slots<UInt64>(n, 0)
     let shift = sends.shift, mask = sends.mask, producers = sends.producers
+    let faultyIndex = sends.faultySubscription
     var readers: [Task<KeyTally, Never>] = []
     readers.reserveCapacity(n)
     for (j, stream) in streams.enumerated() {
         let topic = sends.topic(ofSubscription: j)
         let want = Int(sends.expectedCount[topic])
-        // FANOUT_SCALE_FAULT=1: subscription 0 counts its first element twice.
-        let faulty = scaleFault && j == 0
+        // FANOUT_SCALE_FAULT=1: one subscription (the first sent anything)
+        // counts its first element twice.
+        let faulty = scaleFault && j == faultyIndex
         readers.append(Task.detached {
             var iterator = stream.makeAsyncIterator()
             var tally = KeyTally()
@@ -496,10 +539,12 @@ func runTopicsFanout<S: AsyncSequence & Sendable>(
     await ready.wait()
     var run = ScaleRun(setupNanos: nowNanos() &- setupStart)
     beat()
+    meter?.start()
     let cpu0 = processCPUNanos()
     let (start, times) = await runTopicProducers(sends, send)
     let all = await waitUntil(seconds: 60) { reached.current >= n }
     run.extra["cpu"] = Double(processCPUNanos() &- cpu0)
+    if let counts = meter?.stop() { run.extra["allocs"] = Double(counts.mallocs) }
     var end: UInt64 = start
     for j in 0..<n where stamps[j] > end { end = stamps[j] }
     await finish()
@@ -528,13 +573,13 @@ func logFanoutRun(_ peer: String, _ run: ScaleRun) -> ScaleRun {
     return run
 }
 
-func fanoutOurs(_ sends: FanoutSends, beat: @escaping @Sendable () -> Void) async -> ScaleRun {
+func fanoutOurs(_ sends: FanoutSends, meter: ByteMeter? = nil, beat: @escaping @Sendable () -> Void) async -> ScaleRun {
     let setupStart = nowNanos()
     let topics = BroadcastTopics<Int, Int, Never>()
     let subs = (0..<sends.subscriptionCount).map { topics.subscribe(to: sends.topic(ofSubscription: $0)) }
     var run = await runTopicsFanout(sends, setupStart: setupStart, streams: subs,
                                     send: .thread { key, topic in topics.send(key, to: topic) },
-                                    finish: { topics.finish() }, beat: beat)
+                                    finish: { topics.finish() }, meter: meter, beat: beat)
     if topics.topicCount != 0, run.error == nil { run.error = "topicCount \(topics.topicCount) after finish()" }
     return run
 }
@@ -598,24 +643,34 @@ extension ScaleContext {
         let producerCounts = [1, 2, 4]
         let runs = plan.smoke ? 1 : plan.reps
         let watchdog = self.watchdog
-        var table: [(p: Int, sends: FanoutSends, runs: [PeerRuns])] = []
-        // One untimed run per peer first (not in smoke): the first runs of a
-        // process pay for growing the heap to 200,000 reader tasks.
-        if !plan.smoke {
+        let meter = o.byteMeter
+        var table: [(p: Int, sends: FanoutSends, runs: [PeerRuns], allocs: [String: Double])] = []
+        // One untimed run per peer first: the first runs of a process pay for
+        // growing the heap to 200,000 reader tasks. AsyncBroadcast's and the
+        // floor's count allocations. In smoke, only those two.
+        var allocs: [String: Double] = [:]
+        do {
             let sends = FanoutSends(subscribers: s, producers: 1, sends: m)
             let label = "\(ScaleWorkload.topicsFanout.rawValue) warm-up"
             let beat: @Sendable () -> Void = { watchdog.beat(label) }
             log("· \(label), N = \(grouped(s))")
-            let warm: [(String, @Sendable () async -> ScaleRun)] = [
-                (TopicsPeerName.ours, { await fanoutOurs(sends, beat: beat) }),
-                (TopicsPeerName.lockDict, { await fanoutLockDict(sends, beat: beat) }),
-                (TopicsPeerName.actor, { await fanoutActor(sends, beat: beat) }),
-                (TopicsPeerName.combine, { await fanoutCombine(sends, beat: beat) }),
+            var warm: [(String, @Sendable () async -> ScaleRun)] = [
+                (TopicsPeerName.ours, { await fanoutOurs(sends, meter: meter, beat: beat) }),
+                (wakeFloorName, { await fanoutFloor(sends, meter: meter, beat: beat) }),
             ]
+            if !plan.smoke {
+                let more: [(String, @Sendable () async -> ScaleRun)] = [
+                    (TopicsPeerName.lockDict, { await fanoutLockDict(sends, beat: beat) }),
+                    (TopicsPeerName.actor, { await fanoutActor(sends, beat: beat) }),
+                    (TopicsPeerName.combine, { await fanoutCombine(sends, beat: beat) }),
+                ]
+                warm += more
+            }
             for (peer, run) in warm where plan.wants(peer) {
                 beat()
                 let r = logFanoutRun(peer + " (warm-up)", await run())
                 if let e = r.error { failures.append("\(label), \(peer): \(e)") }
+                if let a = r.extra["allocs"] { allocs[peer] = a / Double(sends.deliveries) }
             }
         }
         for pc in producerCounts {
@@ -624,11 +679,12 @@ extension ScaleContext {
             let beat: @Sendable () -> Void = { watchdog.beat(label) }
             let r = await interleave(.topicsFanout, n: s, work: Double(sends.deliveries), tag: " P=\(pc)", runs: runs, [
                 ScaleCell(peer: TopicsPeerName.ours) { logFanoutRun(TopicsPeerName.ours, await fanoutOurs(sends, beat: beat)) },
+                ScaleCell(peer: wakeFloorName) { logFanoutRun(wakeFloorName, await fanoutFloor(sends, beat: beat)) },
                 ScaleCell(peer: TopicsPeerName.lockDict) { logFanoutRun(TopicsPeerName.lockDict, await fanoutLockDict(sends, beat: beat)) },
                 ScaleCell(peer: TopicsPeerName.actor) { logFanoutRun(TopicsPeerName.actor, await fanoutActor(sends, beat: beat)) },
                 ScaleCell(peer: TopicsPeerName.combine) { logFanoutRun(TopicsPeerName.combine, await fanoutCombine(sends, beat: beat)) },
             ])
-            table.append((pc, sends, r))
+            table.append((pc, sends, r, pc == 1 ? allocs : [:]))
         }
         var out: [String] = []
         func p(_ s: String = "") { out.append(s) }
@@ -637,30 +693,7 @@ extension ScaleContext {
         p("#### \(ScaleWorkload.topicsFanout.rawValue): \(grouped(s)) subscribers, each on a personal topic and on one of "
             + "\(grouped(first.groups)) group topics of 10; P producers send to random topics")
         p("")
-        p("| P | peer | runs | median M deliveries/s | min | max | ours ÷ this | CPU ns per delivery (median) | this ÷ ours (CPU) | send p50 µs | send p99 µs | worst send ms | set-up s |")
-        p("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-        for (pc, sends, runs) in table {
-            var meds: [String: Double] = [:]
-            var cpus: [String: Double] = [:]
-            for r in runs where !r.skipped {
-                meds[r.peer] = median(r.runs.map(\.deliveriesPerSecond))
-                cpus[r.peer] = median(r.runs.map { ($0.extra["cpu"] ?? .nan) / Double(sends.deliveries) })
-            }
-            for r in runs {
-                if r.skipped {
-                    p("| \(pc) | \(r.peer) | 0 | not run | | | | | | | | | |")
-                    continue
-                }
-                let v = meds[r.peer]!
-                let xs = r.runs.map(\.deliveriesPerSecond)
-                let ours = meds[TopicsPeerName.ours].map { fmt($0 / v, 2) + "×" } ?? "–"
-                let (s50, s99, smax) = spread(r.runs.flatMap(\.sendCallNanos))
-                let peer = r.error.map { "\(r.peer) **WRONG: \($0)**" } ?? r.peer
-                p("| \(pc) | \(peer) | \(r.runs.count) | \(fmt(v / 1e6, 2)) | \(fmt(xs.min()! / 1e6, 2)) | \(fmt(xs.max()! / 1e6, 2)) "
-                    + "| \(ours) | \(fmt(cpus[r.peer]!, 0)) | \(cpus[TopicsPeerName.ours].map { fmt(cpus[r.peer]! / $0, 2) + "×" } ?? "–") | \(micros(s50)) | \(micros(s99)) | \(fmt(smax / 1e6, 2)) "
-                    + "| \(fmt(median(r.runs.map { Double($0.setupNanos) }) / 1e9, 2)) |")
-            }
-        }
+        for line in fanoutRows(table, ours: TopicsPeerName.ours) { p(line) }
         p("")
         p("Topics: `Int`, personal 0..<\(grouped(s)), groups \(grouped(s))..<\(grouped(first.topicCount)); "
             + "\(grouped(first.subscriptionCount)) subscriptions (unbounded), each read by its own task (OpenCombine: a `sink` "
@@ -668,16 +701,13 @@ extension ScaleContext {
             + "P producers, each to a topic drawn uniformly from all \(grouped(first.topicCount)) (the same draws for every peer; "
             + "\(grouped(first.deliveries)) deliveries at P = 1, about 1.8 per send). Producers are pthreads (P > 2 oversubscribes the 2 "
             + "cores, which also run the reader tasks), except for actor+AsyncStream, whose `await publish` needs a task: "
-            + "there they are P tasks on the cooperative pool. Deliveries/s = deliveries / (the producers' start until the "
-            + "last reader has received all it should; OpenCombine: until the last send returned). Ours ÷ this: AsyncBroadcast's "
-            + "median / this peer's (above 1: AsyncBroadcast delivers more per second). CPU per delivery: the process's CPU "
-            + "time (every thread, `CLOCK_PROCESS_CPUTIME_ID`) over the same window / deliveries, median over runs: what the "
-            + "deliveries cost whatever share of the 2 CPUs other work left us (this ÷ ours above 1: this peer spends more). "
-            + "One untimed warm-up run per peer (P = 1) comes first. Send: the time of one send call "
-            + "(clock reads either side, about 20-40 ns, included), p50/p99/worst over every send of every run. Set-up (not "
-            + "timed): subscribing all and starting the readers. Checked: every subscription received exactly the count and "
-            + "sum of the elements sent to its topic (each element carries its topic, producer and index), none of another "
-            + "topic, each producer's in order.")
+            + "there they are P tasks on the cooperative pool. Floor: the same subscriptions as slots (a `Mutex` around the "
+            + "pending elements and the continuation), each read by a task parked on a bare `UnsafeContinuation<Void, Never>` "
+            + "inside `withTaskCancellationHandler`; a send appends to each member's slot under its lock and resumes it after "
+            + "(no registry: a topic's members are found by index). "
+            + fanoutColumnsNote + " One untimed warm-up run per peer (P = 1) comes first. Checked: every subscription "
+            + "received exactly the count and sum of the elements sent to its topic (each element carries its topic, "
+            + "producer and index), none of another topic, each producer's in order.")
         return out
     }
 }

@@ -14,9 +14,11 @@
 // `--budget S`: seconds one run of one peer may take there, default 30);
 // `--filter topics` the BroadcastTopics cells (memory at 1,000,000 topics,
 // a Centrifugo-shaped fan-out, churn with the race counted; `--n N` sets the
-// memory cell's topic count and the fan-out cell's subscriber count).
+// memory cell's topic count and the fan-out cell's subscriber count);
+// `--filter sparse` the sparse cell (100,000 plain sequences of 1-2
+// subscribers beside the wake floor, which the topics fan-out cell has too).
 // FANOUT_SCALE_FAULT=1: a deliberate fault in the scale throughput cell and
-// the topics fan-out cell.
+// the topics and sparse fan-out cells (every peer of them, floor included).
 //
 // Exits non-zero only if a run delivered a wrong result (count, sum, order):
 // status 1, or status 3 if a run never finished (watchdog, 120 s per run).
@@ -49,8 +51,10 @@ if arguments.contains("--help") || arguments.contains("-h") {
       --budget S           seconds one run of one peer may take in the scale cells (default 30)
       --filter topics      the BroadcastTopics cells ("topics: memory", "topics: fan-out", "topics: churn";
                            --n N: the memory cell's topics and the fan-out cell's subscribers)
+      --filter sparse      "sparse: fan-out": 100,000 BroadcastSequences of 1-2 subscribers and the wake
+                           floor (--n K: the sequences); "--filter fan-out" runs it with the topics one
       FANOUT_SCALE_FAULT=1 deliberate fault: a reader of the scale throughput cell ignores an element,
-                           a topics fan-out subscription counts an element twice
+                           a topics or sparse fan-out subscription counts an element twice
     """)
     exit(0)
 }

@@ -14,8 +14,10 @@ enum EmitOutcome: Sendable {
 /// user code. So state transitions only *record* these effects; the caller
 /// runs them once every lock is released.
 ///
-/// Recording is allocation-free in steady state: the first record borrows a
-/// box from the storage's `EffectsPool` (its arrays keep their capacity) and
+/// Recording is allocation-free in steady state: the first two wakes are
+/// kept inline (a send to a sequence of one or two subscribers, the sparse
+/// case, touches no box, no pool and no array); anything more borrows a box
+/// from the storage's `EffectsPool` (its arrays keep their capacity) and
 /// `run()` returns it. A section that records nothing touches no box at all.
 ///
 /// An `Effects` must be run: dropping one without `run()` would leave a
@@ -25,11 +27,16 @@ struct Effects<Element: Sendable>: ~Copyable {
     @usableFromInline var box: EffectsBox<Element>?
     @usableFromInline let pool: EffectsPool<Element>?
     @usableFromInline var hasRun = false
+    /// The first two wakes, before any box (see above).
+    @usableFromInline var wake0: UnsafeContinuation<Void, Never>?
+    @usableFromInline var wake1: UnsafeContinuation<Void, Never>?
 
     @inlinable
     init(pool: EffectsPool<Element>?) {
         self.box = nil
         self.pool = pool
+        self.wake0 = nil
+        self.wake1 = nil
     }
 
     @inlinable
@@ -48,7 +55,13 @@ struct Effects<Element: Sendable>: ~Copyable {
     /// Resumes `continuation` (a parked reader or a waiting emitter) in `run()`.
     @inlinable
     mutating func resume(_ continuation: UnsafeContinuation<Void, Never>) {
-        recordingBox().wakes.append(continuation)
+        if wake0 == nil {
+            wake0 = continuation
+        } else if wake1 == nil {
+            wake1 = continuation
+        } else {
+            recordingBox().wakes.append(continuation)
+        }
     }
 
     /// Completes a send's eviction of `subscriber` in `run()`: its removal
@@ -68,6 +81,8 @@ struct Effects<Element: Sendable>: ~Copyable {
     @inlinable
     consuming func run() {
         hasRun = true
+        if let wake0 { Parking.resume(wake0) }
+        if let wake1 { Parking.resume(wake1) }
         guard let box else { return }
         for continuation in box.wakes { Parking.resume(continuation) }
         if !box.evictions.isEmpty {

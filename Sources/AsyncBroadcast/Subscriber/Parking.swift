@@ -33,9 +33,12 @@
 /// - Lost wake-ups are excluded Dekker-style: the reader counts itself in
 ///   the sequence's `parkedCount`, moves to `parked`, issues a sequentially
 ///   consistent fence and looks for work once more (`park(_:parkedCount:hasWork:)`);
-///   a producer publishes, issues the same fence (`producerMayNeedToWake`)
-///   and then calls `tryUnpark()` on the subscribers. One of the two always
-///   sees the other.
+///   a producer publishes, issues the same fence (`producerMayNeedToWake`,
+///   or `producerFence` where it looks at every park word anyway) and then
+///   calls `tryUnpark()` on the subscribers. One of the two always sees the
+///   other: the park word itself is the store-buffering pair with the
+///   published work; `parkedCount` only lets a producer with many
+///   subscribers skip looking at their park words while nobody is parked.
 @usableFromInline
 struct Parking: @unchecked Sendable {
     @inlinable static var idle: Int { 0 }
@@ -113,8 +116,16 @@ struct Parking: @unchecked Sendable {
     /// reader of the sequence may be parked.
     @inlinable
     static func producerMayNeedToWake(parkedCount: AtomicInt) -> Bool {
-        if !Fault.wakeSkipsFence { sequentiallyConsistentFence() }  // Handshakes.md, row 1
+        producerFence()
         return parkedCount.loadRelaxed() != 0
+    }
+
+    /// Call after publishing work and before `tryUnpark()` when the caller
+    /// looks at every park word it published to, without `parkedCount`
+    /// (`BroadcastState.wakeParkedReaders` for a few subscribers).
+    @inlinable
+    static func producerFence() {
+        if !Fault.wakeSkipsFence { sequentiallyConsistentFence() }  // Handshakes.md, row 1
     }
 
     /// The reader's task-cancellation handler: sets the tombstone, and

@@ -211,7 +211,9 @@ extension SubscriberCore {
         guard limit > 0, claimConsumer() else { return 0 }
         defer { releaseConsumer() }
         var taken = 0
-        while taken < limit, !parking.isCancelled, case .event(let event) = pollEventClaimed(takeTerminal: false) {
+        // Once, as in `takeBuffered`: the tombstone shares the producer's line.
+        if parking.isCancelled { return 0 }
+        while taken < limit, case .event(let event) = pollEventClaimed(takeTerminal: false) {
             events.append(event)
             taken += 1
         }

@@ -61,28 +61,38 @@ enum PollOutcome<Element, Failure: Error> {
 @usableFromInline
 final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendable {
     /// Where each word lives in `block`: eight words per cache line, one
-    /// line per writer, so the producer and the consumer never write the
-    /// same line. A lock-free buffer's `SPSCRing` keeps its state in the
+    /// line per writer where it can be, so that while the consumer keeps up
+    /// without parking the producer and the consumer never write the same
+    /// line. A lock-free buffer's `SPSCRing` keeps its state in the
     /// `SPSCRing.wordsPerSide` words from `tail` and from `head`.
+    ///
+    /// The park word and the continuation share the producer's line: every
+    /// delivery reads the park word (the tombstone in `offer`, then the wake
+    /// pass), and a parking reader reads `tail` there anyway (`park`'s last
+    /// look for work), so a sparse send, where every delivery wakes its
+    /// reader, touches one line of the block fewer (measured with the
+    /// `sparse: fan-out` cell of fanout-compare). A reader that keeps up
+    /// never touches them.
     @usableFromInline
     enum Word {
-        // Line 1: written by producers (under the sequence lock).
+        // Line 1: written by producers (under the sequence lock), and by a
+        // reader as it parks.
         @inlinable static var tail: Int { 0 }  // ..< 4: the ring's producer words
         @inlinable static var dropped: Int { 4 }
         @inlinable static var lagMarkers: Int { 5 }  // a `LagMarkers` pointer, set at the first drop; must follow `dropped`
+        @inlinable static var park: Int { 6 }
+        @inlinable static var continuation: Int { 7 }
         // Line 2: written by the consumer.
         @inlinable static var head: Int { 8 }  // ..< 12: the ring's consumer words
         @inlinable static var consumerBusy: Int { 12 }
         @inlinable static var lagReported: Int { 13 }  // drops the events reader has reported
         @inlinable static var lagCheckedDropped: Int { 14 }  // `dropped` at the events reader's last look at the markers
         @inlinable static var lagNextPosition: Int { 15 }  // the first marker's position then (`Int.max`: none)
-        // Line 3: written rarely, by whoever parks, wakes, ends or cancels.
-        @inlinable static var park: Int { 16 }
-        @inlinable static var continuation: Int { 17 }
-        @inlinable static var terminalHint: Int { 18 }
-        @inlinable static var ended: Int { 19 }
-        @inlinable static var cancelRequested: Int { 20 }
-        @inlinable static var evicted: Int { 21 }
+        // Line 3: written rarely, by whoever ends or cancels.
+        @inlinable static var terminalHint: Int { 16 }
+        @inlinable static var ended: Int { 17 }
+        @inlinable static var cancelRequested: Int { 18 }
+        @inlinable static var evicted: Int { 19 }
         @inlinable static var count: Int { 24 }
     }
 
@@ -242,11 +252,10 @@ final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendab
         cab_prefetch_for_write(object + 64)
     }
 
-    /// The producer's line of the block (`Word.tail`) and the park line.
+    /// The producer's line of the block (`Word.tail`, with the park word).
     @inlinable @inline(__always)
     func prefetchProducerLines() {
         cab_prefetch_for_write(UnsafeRawPointer(block.word(Word.tail).raw))
-        cab_prefetch_for_write(UnsafeRawPointer(parking.word.raw))
     }
 
     @inlinable
@@ -461,7 +470,10 @@ final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendab
         guard limit > 0, claimConsumer() else { return 0 }
         defer { releaseConsumer() }
         var taken = 0
-        while taken < limit, ended.loadAcquire() == 0, !parking.isCancelled, let element = pop() {
+        // The tombstone is looked at once: it shares the producer's line,
+        // which a look per element would pull on every pop.
+        if parking.isCancelled { return 0 }
+        while taken < limit, ended.loadAcquire() == 0, let element = pop() {
             elements.append(element)
             taken += 1
         }
