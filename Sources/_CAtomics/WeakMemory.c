@@ -330,6 +330,8 @@ static inline void cab_wm_count_lock(intptr_t delta) {
     if (cab_wm_tid >= 0) cab_wm_lock_depth[cab_wm_tid] += delta;
 }
 
+void cab_wm_note_lock(intptr_t delta) { cab_wm_count_lock(delta); }
+
 void cab_wm_lock(cab_lock *_Nonnull l) {
     cab_wm_maybe_preempt();
     cab_lock_lock(l);

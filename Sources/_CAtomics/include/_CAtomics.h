@@ -234,6 +234,27 @@ static inline bool cab_lock_trylock(cab_lock *_Nonnull l) {
 #endif
 }
 
+// MARK: - Parking a thread on a word (defined in _CAtomics.c)
+//
+// For the sequence gate's waiters (`SequenceGate`): a thread whose request
+// waits blocks on a word of its own request node until the lock's holder
+// changes it. Linux: a private futex on the word's low 32 bits (the values
+// parked on are small). Elsewhere: a fixed table of mutex/condition pairs
+// picked by the word's address (never freed, so a waker may touch its entry
+// after the waiter returned and its node is gone).
+
+/// Blocks while `*word == expected` (returns at once if not; may return
+/// spuriously: callers loop).
+void cab_park_wait(cab_atomic_int *_Nonnull word, intptr_t expected);
+/// Wakes the threads blocked on `word` by `cab_park_wait`. Call after
+/// changing the word. `word` may be memory its waiter has already given up.
+void cab_park_wake(cab_atomic_int *_Nonnull word);
+/// How this build parks: 1 a Linux futex, 2 a mutex/condition table.
+intptr_t cab_park_mechanism(void);
+/// The calling thread's count of `cab_park_wait` calls (it may be read from
+/// other threads through this address while the thread lives).
+cab_atomic_int *_Nonnull cab_park_thread_waits(void);
+
 // MARK: - Thread identity
 //
 // A non-zero word naming the calling thread, unique among live threads: lets
@@ -382,6 +403,10 @@ void cab_wm_set_faults(intptr_t bits);
 /// Called before each operation of a modelled thread holding none of our
 /// locks (never nested): the harness may run another logical thread there.
 void cab_wm_set_preempt_hook(void (*_Nullable hook)(void));
+/// A lock that is not a `cab_lock` (the sequence gate) was taken (+1) or
+/// released (-1) by the calling thread: no preemption point while held, as
+/// for `cab_wm_lock`.
+void cab_wm_note_lock(intptr_t delta);
 /// Before freeing `[start, start + bytes)`.
 void cab_wm_forget(void *_Nonnull start, size_t bytes);
 
