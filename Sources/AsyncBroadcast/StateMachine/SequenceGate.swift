@@ -168,28 +168,15 @@ struct SequenceGate: @unchecked Sendable {
     func waitInLine(body: Int) -> Bool {
         withUnsafeTemporaryAllocation(of: cab_atomic_int.self, capacity: Self.nodeWords) { buffer in
             let node = buffer.baseAddress!
-            let address = Int(bitPattern: node)
             let next = AtomicInt(unowned: node)
             let state = AtomicInt(unowned: node + 1)
             next.storeRelaxed(0)
             state.storeRelaxed(Self.waiting)
             AtomicInt(unowned: node + 2).storeRelaxed(body)
             defer { forgetNode(node) }
-            var current = word.loadRelaxed()
-            while true {
-                if current == 0 {
-                    let attempt = word.compareExchange(expected: 0, desired: Self.locked)
-                    if attempt.exchanged {
-                        noteLock(1)
-                        return true
-                    }
-                    current = attempt.original
-                    continue
-                }
-                next.storeRelaxed(current & ~Self.flags)
-                let attempt = word.compareExchange(expected: current, desired: address | (current & Self.flags))
-                if attempt.exchanged { break }
-                current = attempt.original
+            if push(node) {
+                noteLock(1)
+                return true
             }
             var spun = 0
             while true {
@@ -215,6 +202,27 @@ struct SequenceGate: @unchecked Sendable {
                 cab_park_wait(state.raw, Self.sleeping)
                 #endif
             }
+        }
+    }
+
+    /// Pushes `node` (its `next` is set here) on the stack, or, if nobody
+    /// holds the lock and nobody waits, takes the lock instead (`true`).
+    @inlinable
+    func push(_ node: UnsafeMutablePointer<cab_atomic_int>) -> Bool {
+        let next = AtomicInt(unowned: node)
+        let address = Int(bitPattern: node)
+        var current = word.loadRelaxed()
+        while true {
+            if current == 0 {
+                let attempt = word.compareExchange(expected: 0, desired: Self.locked)
+                if attempt.exchanged { return true }
+                current = attempt.original
+                continue
+            }
+            next.storeRelaxed(current & ~Self.flags)
+            let attempt = word.compareExchange(expected: current, desired: address | (current & Self.flags))
+            if attempt.exchanged { return false }
+            current = attempt.original
         }
     }
 

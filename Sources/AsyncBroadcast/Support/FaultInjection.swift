@@ -47,6 +47,8 @@ enum Fault {
     @inlinable static var gateUnlockIgnoresRequests: Bool {
         #if ASYNCBROADCAST_FAULT_GATE_UNLOCK_IGNORES_REQUESTS
         return true
+        #elseif ASYNCBROADCAST_WEAK_MEMORY
+        return cab_wm_faults() & 128 != 0  // WeakMemoryModel.Ordering.gateUnlockIgnoresRequests
         #elseif ASYNCBROADCAST_RUNTIME_FAULTS
         return RuntimeFault.isOn("GATE_UNLOCK_IGNORES_REQUESTS")
         #else

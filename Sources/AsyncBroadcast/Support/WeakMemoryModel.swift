@@ -78,6 +78,9 @@ public enum WeakMemoryModel {
         case boundedHeadRelease = 32
         /// An emitter's sequentially consistent announcement (row 5).
         case emitterFlagRelease = 64
+        /// Not an ordering: the sequence lock's unlock ignoring the requests
+        /// pushed while it was held (`SequenceGate`, Handshakes.md row 13).
+        case gateUnlockIgnoresRequests = 128
 
         /// The `-DASYNCBROADCAST_FAULT_…` name of the same fault.
         public var faultName: String {
@@ -89,6 +92,7 @@ public enum WeakMemoryModel {
             case .cancelSkipsFence: return "CANCEL_SKIPS_FENCE"
             case .boundedHeadRelease: return "BOUNDED_HEAD_RELEASE"
             case .emitterFlagRelease: return "EMITTER_FLAG_RELEASE"
+            case .gateUnlockIgnoresRequests: return "GATE_UNLOCK_IGNORES_REQUESTS"
             }
         }
     }

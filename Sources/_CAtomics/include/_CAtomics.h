@@ -107,9 +107,9 @@ static inline void cab_thread_fence_seq_cst(void) {
 
 // MARK: - Hints
 //
-// For `RegistrationFairness` (a producer that lets a registrant take the
-// sequence lock first, a registrant waiting out the send in progress) and a
-// send's walk over many subscribers.
+// For the sequence lock's waiters (`SequenceGate`: a request spins a
+// counted number of times before it blocks) and a send's walk over many
+// subscribers.
 
 /// One spin-loop hint (x86 `pause`, arm64 `yield`): tells the core that this
 /// thread waits, so a sibling hyperthread runs and the loop leaves no
