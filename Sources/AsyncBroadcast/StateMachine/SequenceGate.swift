@@ -103,6 +103,7 @@ struct SequenceGate: @unchecked Sendable {
     func tryLock() -> Bool {
         guard word.compareExchange(expected: 0, desired: Self.locked).exchanged else { return false }
         noteLock(1)
+        modelAcquired()
         return true
     }
 
@@ -121,7 +122,7 @@ struct SequenceGate: @unchecked Sendable {
             word.storeRelease(0)
             return
         }
-        if word.compareExchange(expected: Self.locked, desired: 0).exchanged {
+        if releaseCompareExchange(expected: Self.locked, desired: 0) {
             noteLock(-1)
             return
         }
@@ -176,6 +177,7 @@ struct SequenceGate: @unchecked Sendable {
             defer { forgetNode(node) }
             if push(node) {
                 noteLock(1)
+                modelAcquired()
                 return true
             }
             var spun = 0
@@ -253,7 +255,7 @@ struct SequenceGate: @unchecked Sendable {
                 current = Self.locked | Self.queued
             }
             guard let first = node(queueHead.loadRelaxed()) else {
-                if word.compareExchange(expected: current, desired: 0).exchanged {
+                if releaseCompareExchange(expected: current, desired: 0) {
                     noteLock(-1)
                     return
                 }
@@ -336,6 +338,28 @@ struct SequenceGate: @unchecked Sendable {
     func noteLock(_ delta: Int) {
         #if ASYNCBROADCAST_WEAK_MEMORY
         cab_wm_note_lock(delta)
+        #endif
+    }
+
+    /// The release of the lock word: in the checkers' build a release
+    /// only, as a mutex's unlock is modelled (`cab_wm_cas_release`), so that
+    /// a fence the lock does not give is still missed there.
+    @inlinable @inline(__always)
+    func releaseCompareExchange(expected: Int, desired: Int) -> Bool {
+        #if ASYNCBROADCAST_WEAK_MEMORY
+        var expected = expected
+        return cab_wm_cas_release(word.raw, &expected, desired)
+        #else
+        return word.compareExchange(expected: expected, desired: desired).exchanged
+        #endif
+    }
+
+    /// After taking the lock word: in the checkers' build, what the last
+    /// releaser stored before its release becomes visible.
+    @inlinable @inline(__always)
+    func modelAcquired() {
+        #if ASYNCBROADCAST_WEAK_MEMORY
+        cab_wm_word_lock_acquired(word.raw)
         #endif
     }
 

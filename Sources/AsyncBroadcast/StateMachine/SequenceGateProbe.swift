@@ -9,7 +9,8 @@ internal import _CAtomics
 public final class SequenceGateProbe: @unchecked Sendable {
     let gate = SequenceGate()
     let node = UnsafeMutablePointer<cab_atomic_int>.allocate(capacity: SequenceGate.nodeWords)
-    var body: () -> Void = {}
+    /// The request's body, where the holder finds it (a stable address).
+    let body = UnsafeMutablePointer<() -> Void>.allocate(capacity: 1)
     /// Times the request's body ran (by the holder, or by side B itself).
     @_spi(Testing) public private(set) var bodyRuns = 0
     var tookTheLock = false
@@ -19,7 +20,8 @@ public final class SequenceGateProbe: @unchecked Sendable {
     /// count: `unlockAsHolder` counts it).
     @_spi(Testing) public init(exclusiveRequest: Bool) {
         exclusive = exclusiveRequest
-        body = { [unowned self] in bodyRuns += 1 }
+        body.initialize(to: {})
+        body.pointee = { [unowned self] in bodyRuns += 1 }
         gate.word.storeRelaxed(SequenceGate.locked)
         AtomicInt(unowned: node).storeRelaxed(0)
         AtomicInt(unowned: node + 1).storeRelaxed(SequenceGate.waiting)
@@ -34,11 +36,10 @@ public final class SequenceGateProbe: @unchecked Sendable {
     /// Side B: a combinable request (`withLock`) or an exclusive one
     /// (`lock()`), up to the point where it would wait.
     @_spi(Testing) public func request() {
-        withUnsafeMutablePointer(to: &body) { body in
-            AtomicInt(unowned: node + 2).storeRelaxed(exclusive ? 0 : Int(bitPattern: UnsafeMutableRawPointer(body)))
-        }
+        AtomicInt(unowned: node + 2).storeRelaxed(exclusive ? 0 : Int(bitPattern: UnsafeMutableRawPointer(body)))
         if gate.push(node) {
             gate.noteLock(1)
+            gate.modelAcquired()
             tookTheLock = true
             if !exclusive { bodyRuns += 1 }
             gate.unlock()
@@ -71,6 +72,8 @@ public final class SequenceGateProbe: @unchecked Sendable {
         cab_wm_forget(node, SequenceGate.nodeWords * MemoryLayout<Int>.size)
         #endif
         node.deallocate()
+        body.deinitialize(count: 1)
+        body.deallocate()
         gate.destroy()
     }
 }

@@ -99,6 +99,13 @@ public enum WeakMemoryModel {
 
     /// The orderings taken away now (weak-memory builds only; a normal
     /// build ignores this and keeps every ordering).
+    /// Every case that is a memory ordering: what a lock-ordered row must
+    /// survive the removal of. (`gateUnlockIgnoresRequests` breaks the
+    /// lock itself: a row whose sides take a sequence lock would hang.)
+    public static var memoryOrderings: Set<Ordering> {
+        Set(Ordering.allCases).subtracting([.gateUnlockIgnoresRequests])
+    }
+
     public static var removedOrderings: Set<Ordering> {
         get { Set(Ordering.allCases.filter { Int(cab_wm_faults()) & $0.rawValue != 0 }) }
         set { cab_wm_set_faults(newValue.reduce(0) { $0 | $1.rawValue }) }

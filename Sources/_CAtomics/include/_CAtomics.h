@@ -407,6 +407,12 @@ void cab_wm_set_preempt_hook(void (*_Nullable hook)(void));
 /// released (-1) by the calling thread: no preemption point while held, as
 /// for `cab_wm_lock`.
 void cab_wm_note_lock(intptr_t delta);
+/// A lock made of one word: its release, a compare-exchange that leaves the
+/// caller's earlier stores buffered up to a mark (as `cab_wm_unlock`), and
+/// its acquisition, after which the last releaser's stores up to its mark
+/// are visible (as `cab_wm_lock`).
+bool cab_wm_cas_release(cab_atomic_int *_Nonnull a, intptr_t *_Nonnull expected, intptr_t desired);
+void cab_wm_word_lock_acquired(cab_atomic_int *_Nonnull a);
 /// Before freeing `[start, start + bytes)`.
 void cab_wm_forget(void *_Nonnull start, size_t bytes);
 
