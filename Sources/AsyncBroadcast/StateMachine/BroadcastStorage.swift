@@ -9,8 +9,8 @@
 final class BroadcastStorage<Element: Sendable, Failure: Error>: @unchecked Sendable {
     /// Where each word of `block` lives, by who writes it (words `8k ..<
     /// 8k + 8` share cache line `k + 1`; line 0 is the sequence lock):
-    /// - line 1: `SequenceGate` (words 0-3: the lock word, the holder's
-    ///   queue, `finished`; word 4 is free), `registeredCount` (under the lock),
+    /// - line 1: `SequenceGate` (words 0-4: the lock word, the holder's
+    ///   queue, `finished`, `spinner`), `registeredCount` (under the lock),
     ///   `emittersWaiting` (rarely), the effects pool's slot;
     /// - line 2: `parkedConsumers`, alone: every reader that parks or
     ///   wakes increments or decrements it.
