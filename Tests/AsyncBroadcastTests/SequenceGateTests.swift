@@ -38,18 +38,18 @@ import _CAtomics
         // only the deadline's error.
         do {
             try await raceOnThreads(2, "a request waiting while a sender holds the lock") { role in
-            if role == 0 {
-                gate.lock()
-                senderThread.value = Lock.currentThreadID()
-                waitForWaiters(gate, 1)
-                gate.unlock()
-            } else {
-                while senderThread.value == 0 { sched_yield() }
-                result.value = gate.withLock {
-                    log.record("request")
-                    return 42
+                if role == 0 {
+                    gate.lock()
+                    senderThread.value = Lock.currentThreadID()
+                    waitForWaiters(gate, 1)
+                    gate.unlock()
+                } else {
+                    while senderThread.value == 0 { sched_yield() }
+                    result.value = gate.withLock {
+                        log.record("request")
+                        return 42
+                    }
                 }
-            }
             }
         } catch {
             #expect(Bool(false), "the request pushed while the lock was held was never served: \(error)")
