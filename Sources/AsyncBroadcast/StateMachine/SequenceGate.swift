@@ -267,35 +267,51 @@ struct SequenceGate: @unchecked Sendable {
     /// to the next waiter or release it.
     @usableFromInline @inline(never)
     func unlockSlow() {
-        var served = false
-        while true {
-            var current = word.loadAcquire()
-            if current & ~Self.flags != 0 {
-                let taken = word.compareExchange(expected: current, desired: Self.locked | Self.queued)
-                if !taken.exchanged { continue }
-                enqueue(stackTop: taken.original & ~Self.flags)
-                current = Self.locked | Self.queued
-            }
-            guard let first = node(queueHead.loadRelaxed()) else {
-                if releaseCompareExchange(expected: current, desired: 0) {
-                    noteLock(-1)
-                    return
+        // The served requesters that sleep are woken after the lock is
+        // released or passed on, not while it is held: on a busy core a
+        // woken thread may preempt its waker, which would then hold the
+        // lock while it does not run.
+        withUnsafeTemporaryAllocation(of: Int.self, capacity: Self.deferredWakes) { wakes in
+            var wakeCount = 0
+            defer {
+                for index in 0..<wakeCount {
+                    cab_park_wake(UnsafeMutablePointer(bitPattern: wakes[index])!)
                 }
-                continue
             }
-            if !served && !Fault.gateHolderNeverServes {
-                served = true
-                serveBatch()
-                continue
+            var served = false
+            while true {
+                var current = word.loadAcquire()
+                if current & ~Self.flags != 0 {
+                    let taken = word.compareExchange(expected: current, desired: Self.locked | Self.queued)
+                    if !taken.exchanged { continue }
+                    enqueue(stackTop: taken.original & ~Self.flags)
+                    current = Self.locked | Self.queued
+                }
+                guard let first = node(queueHead.loadRelaxed()) else {
+                    if releaseCompareExchange(expected: current, desired: 0) {
+                        noteLock(-1)
+                        return
+                    }
+                    continue
+                }
+                if !served && !Fault.gateHolderNeverServes {
+                    served = true
+                    serveBatch(deferringWakesTo: wakes, count: &wakeCount)
+                    continue
+                }
+                let next = takeNextHolder(first)
+                if queueHead.loadRelaxed() == 0 { clearQueued() }
+                // The lock passes to `next`'s thread: this one no longer holds it.
+                noteLock(-1)
+                complete(next, Self.granted)
+                return
             }
-            let next = takeNextHolder(first)
-            if queueHead.loadRelaxed() == 0 { clearQueued() }
-            // The lock passes to `next`'s thread: this one no longer holds it.
-            noteLock(-1)
-            complete(next, Self.granted)
-            return
         }
     }
+
+    /// Sleeping requesters a holder wakes after letting go of the lock; more
+    /// in one batch are woken at once.
+    @inlinable static var deferredWakes: Int { 16 }
 
     /// Takes the waiter the lock goes to out of the queue: the first, if it
     /// is exclusive (senders keep their turn); else the first combinable
@@ -327,13 +343,25 @@ struct SequenceGate: @unchecked Sendable {
     /// Runs the combinable requests at the head of the queue, in arrival
     /// order, up to the first exclusive one.
     @inlinable
-    func serveBatch() {
+    func serveBatch(deferringWakesTo wakes: UnsafeMutableBufferPointer<Int>, count: inout Int) {
         while let first = node(queueHead.loadRelaxed()) {
             let body = AtomicInt(unowned: first + 2).loadRelaxed()
             if body == 0 { return }
             popFirst(first)
             UnsafeMutableRawPointer(bitPattern: body)!.assumingMemoryBound(to: (() -> Void).self).pointee()
-            complete(first, Self.done)
+            // Once `done` is stored the requester may return and its node
+            // be gone: a deferred wake then reaches a word nobody waits on
+            // (or a later waiter, which looks again), never freed memory
+            // that is read.
+            let state = AtomicInt(unowned: first + 1)
+            if state.exchangeAcquiringAndReleasing(Self.done) == Self.sleeping {
+                if count < wakes.count {
+                    wakes[count] = Int(bitPattern: state.raw)
+                    count += 1
+                } else {
+                    cab_park_wake(state.raw)
+                }
+            }
         }
     }
 
