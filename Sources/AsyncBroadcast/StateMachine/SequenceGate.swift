@@ -103,7 +103,8 @@ struct SequenceGate: @unchecked Sendable {
     /// requests is a few state transitions) and block: spinners take the CPU
     /// from the holder they wait for (with 1,024 long spins, about 25 µs,
     /// eight registrant threads held a sender to 0.05-0.17 of its solo sends
-    /// on two loaded cores, against 0.49-0.57 with 128 for every waiter).
+    /// on two cores at load 8-11, against 0.49-0.57 with 128 for every
+    /// waiter: Benchmarks/results/2026-11-28-gate.md, rounds A and 0).
     @inlinable static var spins: Int { 32 }
     @inlinable static var longSpins: Int { 256 }
 
