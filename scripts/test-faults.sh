@@ -10,20 +10,17 @@
 #   bash scripts/test-faults.sh
 #
 # The faults:
-#   UNFAIR_REGISTRATION  senders never let waiting subscribe()/cancel() calls
-#                        take the sequence lock first (RegistrationFairness);
-#                        caught by RegistrationFairnessTests: the hand-off
-#                        test (the registrant must get the lock before a
-#                        sender that unlocks and asks again, 20 trials) and
-#                        the count of sends completed during one
-#                        registration. Nothing else can see it: it changes
-#                        who waits, not what anyone receives.
-#   SENDERS_DO_NOT_ANNOUNCE
-#                        a sender waiting for the lock does not announce
-#                        itself, so registrants that arrive later take the
-#                        lock first (a storm of subscribe + cancel starves
-#                        senders); caught by RegistrationFairnessTests' test
-#                        of an announced sender and a late registrant.
+#   GATE_UNLOCK_IGNORES_REQUESTS
+#                        the sequence lock's unlock releases its word without
+#                        looking for requests pushed meanwhile (SequenceGate):
+#                        a request is lost; caught by SequenceGateTests (the
+#                        requester never returns: the test's deadline).
+#   GATE_HOLDER_NEVER_SERVES
+#                        the holder grants the lock to the first waiter
+#                        instead of running the waiting requests itself;
+#                        caught by SequenceGateTests (the request's body must
+#                        run on the thread that held the lock). Nothing else
+#                        can see it: it changes who runs a body, not what.
 #   TOPIC_RETIRES_BUSY  a topic is dropped when its last subscriber leaves
 #                        without rechecking, under the shard lock, that it
 #                        is idle (a hand-built dictionary's race); caught by
@@ -78,8 +75,8 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 pairs=(
-    "UNFAIR_REGISTRATION RegistrationFairnessTests"
-    "SENDERS_DO_NOT_ANNOUNCE anAnnouncedSenderGetsTheLockBeforeLaterRegistrants"
+    "GATE_UNLOCK_IGNORES_REQUESTS aRequestPushedWhileASendHoldsTheLockIsServedByItsUnlock"
+    "GATE_HOLDER_NEVER_SERVES aRequestPushedWhileASendHoldsTheLockIsServedByItsUnlock"
     # TOPIC_RETIRES_BUSY claims: TOPIC-SUBSCRIBE-LEAVE-RACE
     "TOPIC_RETIRES_BUSY aSubscribeRacingTheLastCancelMissesNothingSentAfterIt"
     # TOPIC_STARTS_UNBLOCKED claims: TOPIC-REGISTER-ALTERNATE
@@ -100,8 +97,7 @@ pairs=(
     "SUBSCRIBE_IGNORES_FINISH DoesNotEndTheNewSubscriber"
 )
 
-# The hand-off test caught the fault in every run seen, idle or loaded; the
-# send count needs an idle machine. Any failing attempt counts as caught.
+# Any failing attempt counts as caught.
 attempts=${TEST_FAULT_ATTEMPTS:-3}
 failures=0
 for pair in "${pairs[@]}"; do

@@ -642,5 +642,31 @@ func makeRows() -> [Row] {
                         })
                 }))
     }
+    // Row 13: a request waits on the sequence lock / the holder unlocks
+    // (`SequenceGate`). Side A holds the lock and unlocks; side B makes a
+    // request: it pushes itself on the lock word's stack, or, if the word
+    // is 0, takes the lock. Both are read-modify-writes of the one word, so
+    // one sees the other: no fence is needed, and there is none to remove.
+    // Checked: the request was served exactly once (a combinable one: its
+    // body ran, by the holder or by B), or granted the lock (an exclusive
+    // one), never left waiting with the lock free. Shown: an unlock that
+    // releases the word without looking (GATE_UNLOCK_IGNORES_REQUESTS) loses
+    // the request.
+    for exclusive in [false, true] {
+        rows.append(
+            Row(
+                number: 13,
+                name: exclusive ? "a sender waits for the sequence lock / the holder unlocks" : "a request waits on the sequence lock / the holder unlocks",
+                shown: [.gateUnlockIgnoresRequests], notShown: [], lockOrdered: false,
+                jobA: false, jobB: false,
+                make: { _ in
+                    let probe = SequenceGateProbe(exclusiveRequest: exclusive)
+                    return Scenario(
+                        sideA: { probe.unlockAsHolder() },
+                        sideB: { probe.request() },
+                        check: { probe.failure },
+                        cleanup: { probe.cleanup() })
+                }))
+    }
     return rows
 }

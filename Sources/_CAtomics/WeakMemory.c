@@ -330,6 +330,45 @@ static inline void cab_wm_count_lock(intptr_t delta) {
     if (cab_wm_tid >= 0) cab_wm_lock_depth[cab_wm_tid] += delta;
 }
 
+void cab_wm_note_lock(intptr_t delta) { cab_wm_count_lock(delta); }
+
+// A lock made of one atomic word (the sequence gate), modelled like the
+// mutex below: releasing it is a release only (the releaser's earlier stores
+// stay buffered, up to a mark), and taking it makes what the last releaser
+// stored before its release visible.
+
+bool cab_wm_cas_release(cab_atomic_int *_Nonnull a, intptr_t *_Nonnull expected, intptr_t desired) {
+    cab_wm_maybe_preempt();
+    cab_wm_enter();
+    bool exchanged = atomic_compare_exchange_strong_explicit(&a->value, expected, desired,
+                                                             memory_order_seq_cst, memory_order_seq_cst);
+    cab_wm_buffer *b = cab_wm_mine();
+    if (exchanged && b != NULL) {
+        cab_lock *key = (cab_lock *)(void *)a;
+        cab_wm_mark *m = cab_wm_find_mark(key);
+        if (b->count > 0) {
+            if (m == NULL) {
+                m = (cab_wm_mark *)malloc(sizeof(cab_wm_mark));
+                if (m == NULL) abort();
+                m->lock = key;
+                m->next = cab_wm_marks[cab_wm_bucket(key)];
+                cab_wm_marks[cab_wm_bucket(key)] = m;
+            }
+            m->thread = cab_wm_tid;
+            m->stamp = cab_wm_at(b, b->count - 1)->stamp;
+        } else if (m != NULL) {
+            m->stamp = 0;
+        }
+    } else if (exchanged && !cab_wm_observer) {
+        cab_wm_mark *m = cab_wm_find_mark((cab_lock *)(void *)a);
+        if (m != NULL) m->stamp = 0;
+    }
+    cab_wm_leave();
+    return exchanged;
+}
+
+void cab_wm_word_lock_acquired(cab_atomic_int *_Nonnull a) { cab_wm_acquired((cab_lock *)(void *)a); }
+
 void cab_wm_lock(cab_lock *_Nonnull l) {
     cab_wm_maybe_preempt();
     cab_lock_lock(l);

@@ -64,3 +64,78 @@ bool cab_tsan_is_active(void) {
     return __tsan_ignore_thread_begin != NULL && __tsan_ignore_thread_end != NULL;
 }
 #endif
+
+// MARK: Parking (the sequence gate's waiters)
+
+// Per thread, so that a test can watch one waiter (another thread may read
+// it through the address).
+static _Thread_local cab_atomic_int cab_park_waits;
+
+cab_atomic_int *_Nonnull cab_park_thread_waits(void) { return &cab_park_waits; }
+
+#if defined(__linux__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <errno.h>
+
+// The futex compares the word's low 32 bits (little-endian: its first four
+// bytes); the values parked on are small, so the high half is always 0.
+_Static_assert(sizeof(intptr_t) >= sizeof(uint32_t), "a word holds a futex");
+
+void cab_park_wait(cab_atomic_int *_Nonnull word, intptr_t expected) {
+    atomic_fetch_add_explicit(&cab_park_waits.value, 1, memory_order_relaxed);
+    // EAGAIN (the word changed), EINTR and spurious returns: the caller loops.
+    syscall(SYS_futex, (uint32_t *)(void *)&word->value, FUTEX_WAIT_PRIVATE, (uint32_t)expected, NULL, NULL, 0);
+}
+
+void cab_park_wake(cab_atomic_int *_Nonnull word) {
+    syscall(SYS_futex, (uint32_t *)(void *)&word->value, FUTEX_WAKE_PRIVATE, INT32_MAX, NULL, NULL, 0);
+}
+
+intptr_t cab_park_mechanism(void) { return 1; }
+#else
+// A fixed table of mutex/condition pairs, picked by address (parking_lot's
+// shape, without the queues): a waker locks and unlocks the waiter's bucket
+// after changing the word, so a waiter is either before its check (and sees
+// the change) or inside `pthread_cond_wait` (and is woken).
+#define CAB_PARK_BUCKETS 64
+typedef struct cab_park_bucket {
+    pthread_mutex_t mutex;
+    pthread_cond_t condition;
+    char padding[64];
+} cab_park_bucket;
+static cab_park_bucket cab_park_table[CAB_PARK_BUCKETS];
+static pthread_once_t cab_park_once = PTHREAD_ONCE_INIT;
+
+static void cab_park_setup(void) {
+    for (int i = 0; i < CAB_PARK_BUCKETS; i++) {
+        if (pthread_mutex_init(&cab_park_table[i].mutex, NULL) != 0) abort();
+        if (pthread_cond_init(&cab_park_table[i].condition, NULL) != 0) abort();
+    }
+}
+
+static cab_park_bucket *cab_park_bucket_for(cab_atomic_int *word) {
+    pthread_once(&cab_park_once, cab_park_setup);
+    uintptr_t address = (uintptr_t)word;
+    return &cab_park_table[((address >> 4) ^ (address >> 12)) % CAB_PARK_BUCKETS];
+}
+
+void cab_park_wait(cab_atomic_int *_Nonnull word, intptr_t expected) {
+    atomic_fetch_add_explicit(&cab_park_waits.value, 1, memory_order_relaxed);
+    cab_park_bucket *bucket = cab_park_bucket_for(word);
+    pthread_mutex_lock(&bucket->mutex);
+    if (atomic_load_explicit(&word->value, memory_order_acquire) == expected) {
+        pthread_cond_wait(&bucket->condition, &bucket->mutex);
+    }
+    pthread_mutex_unlock(&bucket->mutex);
+}
+
+void cab_park_wake(cab_atomic_int *_Nonnull word) {
+    cab_park_bucket *bucket = cab_park_bucket_for(word);
+    pthread_mutex_lock(&bucket->mutex);
+    pthread_mutex_unlock(&bucket->mutex);
+    pthread_cond_broadcast(&bucket->condition);
+}
+
+intptr_t cab_park_mechanism(void) { return 2; }
+#endif

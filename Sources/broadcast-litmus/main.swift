@@ -39,7 +39,7 @@ for row in rows where only.isEmpty || only.contains(row.number) {
         }
     }
     if row.lockOrdered {
-        if let found = firstFailure(row, removed: Set(Ordering.allCases)).found {
+        if let found = firstFailure(row, removed: WeakMemoryModel.memoryOrderings).found {
             report(false, "\(label) with every ordering removed: \(found.failure): it is not ordered by the lock alone [\(found.schedule)]")
         } else {
             report(true, "\(label) with every ordering removed: still passes (the lock orders it)")

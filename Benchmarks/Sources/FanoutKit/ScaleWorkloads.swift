@@ -1394,6 +1394,7 @@ func runScale(_ o: CompareOptions, _ workloads: [ScaleWorkload], watchdog: Watch
 
     if workloads.contains(.registrationStorm) {
         for line in await ctx.stormTable(o) { p(line) }
+        for line in ctx.gateTable(o) { p(line) }
     }
 
     if workloads.contains(.lifecycle) {

@@ -28,7 +28,7 @@ extension BroadcastStorage {
         while true {
             // O(1) sections that `subscribe()` and `cancel()` wait for (the
             // start and stop they cause): registrants, so a producer
-            // sending without pause lets them in (`RegistrationFairness`).
+            // sending without pause serves them at its unlock (`SequenceGate`).
             let action: SharingAction? = withState(.registrant) { state, effects in
                 if let outcome { state.sharing!.record(outcome) }
                 return state.nextSharingAction(effects: &effects)

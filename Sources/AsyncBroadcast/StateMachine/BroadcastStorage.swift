@@ -9,14 +9,16 @@
 final class BroadcastStorage<Element: Sendable, Failure: Error>: @unchecked Sendable {
     /// Where each word of `block` lives, by who writes it (words `8k ..<
     /// 8k + 8` share cache line `k + 1`; line 0 is the sequence lock):
-    /// - line 1: `RegistrationFairness` (words 0-4: registrants, and
-    ///   senders that waited), `registeredCount` (under the lock),
+    /// - line 1: `SequenceGate` (words 0-4: the lock word, the holder's
+    ///   queue, `finished`, `spinner`), `registeredCount` (under the lock),
     ///   `emittersWaiting` (rarely), the effects pool's slot;
     /// - line 2: `parkedConsumers`, alone: every reader that parks or
     ///   wakes increments or decrements it.
     ///
     /// One allocation, where a lock and five atomics used to take six (a
     /// topic of a `BroadcastTopics` is one of these: it matters a million times).
+    /// (The block's own mutex, in line 0, is not used: the sequence lock is
+    /// the gate's word.)
     @usableFromInline
     enum Word {
         @inlinable static var registeredCount: Int { 5 }
@@ -36,7 +38,9 @@ final class BroadcastStorage<Element: Sendable, Failure: Error>: @unchecked Send
     /// twice; other threads are the lock's business (and ThreadSanitizer's).
     @exclusivity(unchecked) @usableFromInline var state: BroadcastState<Element, Failure>
 
-    @inlinable var lock: Lock { block.lock }
+    /// The sequence lock: `withLock` bodies may run on the lock holder's
+    /// thread (`SequenceGate`).
+    @inlinable var lock: SequenceGate { SequenceGate(block: block) }
     /// Non-zero while an emitter waits or is checking for room. Lets a
     /// `.bounded` consumer that just dropped below capacity skip the sequence
     /// lock when nobody could be waiting on it. Set under `lock` with
@@ -50,9 +54,6 @@ final class BroadcastStorage<Element: Sendable, Failure: Error>: @unchecked Send
     @inlinable var parkedConsumers: AtomicInt { block.word(Word.parkedConsumers) }
     /// `state.subscribers.count`, readable without the lock.
     @inlinable var registeredCount: AtomicInt { block.word(Word.registeredCount) }
-    /// Lets `subscribe()` and `cancel()` in between the sends of a producer
-    /// that sends without pause.
-    @inlinable var fairness: RegistrationFairness { RegistrationFairness(block: block) }
     /// What feeds a shared sequence (`nil` for a plain one). Read without
     /// the lock: it never changes.
     @usableFromInline let source: SharedSource<Element, Failure>?
@@ -68,6 +69,10 @@ final class BroadcastStorage<Element: Sendable, Failure: Error>: @unchecked Send
     /// its subscribers, who drain and end, including one whose `register`
     /// call is the one that finished it.
     @usableFromInline var finishedAsTopic = false
+    /// `subscribe(to:)` calls that chose this generation under the shard
+    /// lock and have not finished registering (guarded by the topic's shard
+    /// lock): the registry does not retire it as idle meanwhile.
+    @usableFromInline var pendingSubscribes = 0
 
     /// Inlinable, so that a client's specialization creates it without
     /// generic metadata lookups (a `BroadcastTopics` creates one per topic).
@@ -100,38 +105,58 @@ final class BroadcastStorage<Element: Sendable, Failure: Error>: @unchecked Send
     }
 
     /// Every transition of the sequence goes through here: `body` runs under
-    /// the sequence lock and records its effects; then the emitter flag is
-    /// settled, the lock released, and the effects run (resumes, element
-    /// deinitializers), in that order, always.
+    /// the sequence lock and records its effects; then the emitter flag and
+    /// the finished word are settled, the lock released, and the effects run
+    /// (resumes, element deinitializers) by the caller, in that order, always.
     ///
-    /// - Parameter role: how to take the lock: a sender first lets waiting
-    ///   registrants in, a registrant announces itself (`RegistrationFairness`).
+    /// - Parameter role: a sender takes the lock itself (after the requests
+    ///   queued before it); anyone else hands `body` to the lock's holder if
+    ///   the lock is taken (`SequenceGate`), so `body` must not depend on
+    ///   the thread that runs it.
     @inlinable
     func withState<R>(
         _ role: LockRole = .other,
         _ body: (inout BroadcastState<Element, Failure>, inout Effects<Element>) -> R
     ) -> R {
         var effects = Effects(pool: pool)
+        let result: R
         switch role {
         case .sender:
-            fairness.lockForSending(lock)
-        case .registrant:
-            fairness.lockForRegistration(lock)
-        case .other:
             lock.lock()
+            result = criticalSection(&effects, body)
+            lock.unlock()
+        case .registrant, .other:
+            result = lock.withLock { criticalSection(&effects, body) }
         }
-        let result = body(&state, &effects)
-        settleEmitterFlag()
-        state._checkInvariants()
-        lock.unlock()
         effects.run()
         return result
+    }
+
+    /// `body`, then what every critical section settles before the unlock.
+    @inlinable @inline(__always)
+    func criticalSection<R>(
+        _ effects: inout Effects<Element>,
+        _ body: (inout BroadcastState<Element, Failure>, inout Effects<Element>) -> R
+    ) -> R {
+        let result = body(&state, &effects)
+        settleEmitterFlag()
+        if _slowPath(state.terminal != nil) { settleFinished() }
+        state._checkInvariants()
+        return result
+    }
+
+    /// Call under `lock` once the terminal is set: `isFinished` reads it
+    /// without the lock.
+    @inlinable
+    func settleFinished() {
+        let finished = lock.finished
+        if finished.loadRelaxed() == 0 { finished.storeRelease(1) }
     }
 
     /// Who is taking the sequence lock, for `withState`.
     @usableFromInline
     enum LockRole {
-        /// `send`, `emit`, a sink's or an upstream's element.
+        /// `send`, `emit`, a sink's or an upstream's element: takes the lock.
         case sender
         /// `subscribe()` and a subscriber's removal.
         case registrant
@@ -143,7 +168,7 @@ final class BroadcastStorage<Element: Sendable, Failure: Error>: @unchecked Send
     @usableFromInline
     var subscriberCount: Int { registeredCount.loadAcquire() }
     @usableFromInline
-    var isFinished: Bool { lock.withLock { state.terminal != nil } }
+    var isFinished: Bool { lock.finished.loadAcquire() != 0 }
     @usableFromInline
     var waitingEmitterCount: Int { lock.withLock { state.waitingEmitterCount } }
 

@@ -320,14 +320,11 @@ final class SubscriberCore<Element: Sendable, Failure: Error>: @unchecked Sendab
     }
     /// The buffer's count, a snapshot; under the sequence lock if producers
     /// push too fast for a lock-free one (after `lockFreeAttempts` tries),
-    /// taken as a registrant: a producer sending without pause would
-    /// otherwise keep it (`RegistrationFairness`).
+    /// counted by the lock's holder if it is taken (`SequenceGate`).
     @inlinable func observedCount(lockFreeAttempts: Int = 4) -> Int {
         buffer.countForObserver(attempts: lockFreeAttempts) { count in
             guard let storage else { return count() }
-            storage.fairness.lockForRegistration(storage.lock)
-            defer { storage.lock.unlock() }
-            return count()
+            return storage.lock.withLock { count() }
         }
     }
     @usableFromInline var isConsumerParked: Bool { parking.isParked }

@@ -41,14 +41,30 @@ enum Fault {
         #endif
     }
 
-    /// No registration gate (`RegistrationFairness`): registrants take the
-    /// lock like anyone else and senders never let them in first, as before
-    /// the gate existed; `subscribe()` waits through many sends.
-    @inlinable static var unfairRegistration: Bool {
-        #if ASYNCBROADCAST_FAULT_UNFAIR_REGISTRATION
+    /// The sequence lock's unlock releases the word whatever it holds
+    /// (`SequenceGate`): a request pushed while the lock was held is lost,
+    /// its requester waits forever.
+    @inlinable static var gateUnlockIgnoresRequests: Bool {
+        #if ASYNCBROADCAST_FAULT_GATE_UNLOCK_IGNORES_REQUESTS
+        return true
+        #elseif ASYNCBROADCAST_WEAK_MEMORY
+        return cab_wm_faults() & 128 != 0  // WeakMemoryModel.Ordering.gateUnlockIgnoresRequests
+        #elseif ASYNCBROADCAST_RUNTIME_FAULTS
+        return RuntimeFault.isOn("GATE_UNLOCK_IGNORES_REQUESTS")
+        #else
+        return false
+        #endif
+    }
+
+    /// The sequence lock's holder never serves a waiting request itself: it
+    /// grants the lock to the first waiter (a plain queue lock), so a
+    /// producer's unlock hands the lock to a registrant asleep in the
+    /// kernel, and every registration costs the producer a wake.
+    @inlinable static var gateHolderNeverServes: Bool {
+        #if ASYNCBROADCAST_FAULT_GATE_HOLDER_NEVER_SERVES
         return true
         #elseif ASYNCBROADCAST_RUNTIME_FAULTS
-        return RuntimeFault.isOn("UNFAIR_REGISTRATION")
+        return RuntimeFault.isOn("GATE_HOLDER_NEVER_SERVES")
         #else
         return false
         #endif
@@ -62,20 +78,6 @@ enum Fault {
         return true
         #elseif ASYNCBROADCAST_RUNTIME_FAULTS
         return RuntimeFault.isOn("TORN_BUFFERED_COUNT")
-        #else
-        return false
-        #endif
-    }
-
-    /// Senders never announce themselves (`RegistrationFairness`), as before
-    /// the phases: registrants that arrive while a sender waits for the
-    /// lock take it first, again and again, and a storm of `subscribe()` +
-    /// `cancel()` starves the sender.
-    @inlinable static var sendersDoNotAnnounce: Bool {
-        #if ASYNCBROADCAST_FAULT_SENDERS_DO_NOT_ANNOUNCE
-        return true
-        #elseif ASYNCBROADCAST_RUNTIME_FAULTS
-        return RuntimeFault.isOn("SENDERS_DO_NOT_ANNOUNCE")
         #else
         return false
         #endif

@@ -78,6 +78,9 @@ public enum WeakMemoryModel {
         case boundedHeadRelease = 32
         /// An emitter's sequentially consistent announcement (row 5).
         case emitterFlagRelease = 64
+        /// Not an ordering: the sequence lock's unlock ignoring the requests
+        /// pushed while it was held (`SequenceGate`, Handshakes.md row 13).
+        case gateUnlockIgnoresRequests = 128
 
         /// The `-DASYNCBROADCAST_FAULT_…` name of the same fault.
         public var faultName: String {
@@ -89,12 +92,20 @@ public enum WeakMemoryModel {
             case .cancelSkipsFence: return "CANCEL_SKIPS_FENCE"
             case .boundedHeadRelease: return "BOUNDED_HEAD_RELEASE"
             case .emitterFlagRelease: return "EMITTER_FLAG_RELEASE"
+            case .gateUnlockIgnoresRequests: return "GATE_UNLOCK_IGNORES_REQUESTS"
             }
         }
     }
 
     /// The orderings taken away now (weak-memory builds only; a normal
     /// build ignores this and keeps every ordering).
+    /// Every case that is a memory ordering: what a lock-ordered row must
+    /// survive the removal of. (`gateUnlockIgnoresRequests` breaks the
+    /// lock itself: a row whose sides take a sequence lock would hang.)
+    public static var memoryOrderings: Set<Ordering> {
+        Set(Ordering.allCases).subtracting([.gateUnlockIgnoresRequests])
+    }
+
     public static var removedOrderings: Set<Ordering> {
         get { Set(Ordering.allCases.filter { Int(cab_wm_faults()) & $0.rawValue != 0 }) }
         set { cab_wm_set_faults(newValue.reduce(0) { $0 | $1.rawValue }) }

@@ -55,7 +55,7 @@ extension BroadcastStorage {
     /// Whether the sequence has finished (a listener's `sink.finish()`, or
     /// the registry).
     @inlinable
-    var hasFinished: Bool { lock.withLock { state.terminal != nil } }
+    var hasFinished: Bool { isFinished }
 
     /// Whether this sequence has finished and its last run has stopped:
     /// its unregister closure has returned (without a listener: whether it

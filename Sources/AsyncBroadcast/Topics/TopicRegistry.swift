@@ -222,6 +222,9 @@ final class TopicRegistry<Topic: Hashable & Sendable, Element: Sendable, Failure
                     release = shard.live.removeValue(forKey: topic)
                     return
                 }
+                // A subscribe between its reservation and its registration
+                // (`subscribe(to:)`): busy; it looks again when it is done.
+                if storage.pendingSubscribes > 0 { return }
                 switch storage.retireIfIdle() {
                 case .busy:
                     return
@@ -256,6 +259,13 @@ final class TopicRegistry<Topic: Hashable & Sendable, Element: Sendable, Failure
 
     /// A subscriber of `topic`'s live generation (created if needed).
     ///
+    /// The shard lock only picks (or creates) the generation and reserves
+    /// it (`pendingSubscribes`): the registration itself takes the
+    /// generation's sequence lock after the shard lock is released, so a
+    /// subscribe never waits for a sequence lock (a long send) while other
+    /// topics of its shard wait for it. While reserved, a generation is not
+    /// retired as idle (`generationChanged`).
+    ///
     /// Two rules close the windows between the shard lock and the return:
     /// - A subscribe from a cancelled task (decided once, here) never
     ///   creates a generation: with none live it gets a subscriber that ends
@@ -264,8 +274,9 @@ final class TopicRegistry<Topic: Hashable & Sendable, Element: Sendable, Failure
     ///   meanwhile, for a real subscriber arriving then to start with.
     /// - The subscribe completes under the shard lock, after its follow-up
     ///   (a listener's `register`) has run: if a `finish(topic:)` retired its
-    ///   generation meanwhile, the subscriber is let go unseen and the
-    ///   subscribe starts again on the live generation. So a subscribe never
+    ///   generation meanwhile (before or after the registration), the
+    ///   subscriber is let go unseen and the subscribe starts again on the
+    ///   live generation. So a subscribe never
     ///   returns a subscriber that a `finish(topic:)` which began before its
     ///   return has ended; one that takes the shard lock after this check
     ///   ends it as it ends every subscriber of the topic. A generation its
@@ -288,30 +299,40 @@ final class TopicRegistry<Topic: Hashable & Sendable, Element: Sendable, Failure
                 shard.lock.unlock()
                 return endedSubscriber(policy: policy)
             }
-            if fromCancelledTask && !Fault.cancelledSubscribeGoesLive {
+            let reserved: Storage?
+            var retired: Storage? = nil
+            let cancelledPath = fromCancelledTask && !Fault.cancelledSubscribeGoesLive
+            if cancelledPath {
                 // The live generation's replay window, then the end.
-                let live = shard.live[topic].flatMap { $0.hasFinished ? nil : $0 }
-                let subscriber = live?.subscribeDeferringFollowUp(
-                    policy: policy, eviction: eviction,
-                    fromCancelledTask: true
-                ).subscriber
-                shard.lock.unlock()
-                afterSubscribeUnlock?()
-                return subscriber ?? cancelledSubscriber(policy: policy)
+                reserved = shard.live[topic].flatMap { $0.hasFinished ? nil : $0 }
+            } else {
+                let generation = generationForSubscriber(topic, in: shard)
+                reserved = generation.0
+                retired = generation.retired
             }
-            let (storage, retired) = generationForSubscriber(topic, in: shard)
+            reserved?.pendingSubscribes += 1
+            shard.lock.unlock()
+            guard let storage = reserved else {
+                afterSubscribeUnlock?()
+                return cancelledSubscriber(policy: policy)
+            }
             let (subscriber, registered, followUp) = storage.subscribeDeferringFollowUp(
                 policy: policy, eviction: eviction, fromCancelledTask: fromCancelledTask)
-            shard.lock.unlock()
             afterSubscribeUnlock?()
-            if let followUp, !followUp.isEmpty { storage.apply(followUp) }
+            if !cancelledPath, let followUp, !followUp.isEmpty { storage.apply(followUp) }
             if let retired { generationChanged(retired, topic: topic) }
-            // A generation made for a subscriber that did not register (a
-            // cancelled task under the fault, or one its listener finished
-            // meanwhile) may be idle or stopped.
-            if !registered { generationChanged(storage, topic: topic) }
+            shard.lock.lock()
+            storage.pendingSubscribes -= 1
+            let finishedAsTopic = storage.finishedAsTopic
+            // A notice that found it busy only for the reservation was not
+            // acted on; a generation made for a subscriber that did not
+            // register (a cancelled task under the fault, or one its
+            // listener finished meanwhile) may be idle or stopped.
+            let recheck = storage.pendingSubscribes == 0 && (!registered || storage.subscriberCount == 0)
+            shard.lock.unlock()
+            if recheck { generationChanged(storage, topic: topic) }
             if fromCancelledTask || Fault.subscribeIgnoresFinish { return subscriber }
-            if registered && !shard.lock.withLock({ storage.finishedAsTopic }) { return subscriber }
+            if registered && !finishedAsTopic { return subscriber }
             // Finished before this subscribe completed: let it go (what it
             // held was sent before the return, which a subscriber may miss)
             // and join the topic's live generation, or start one.

@@ -107,9 +107,9 @@ static inline void cab_thread_fence_seq_cst(void) {
 
 // MARK: - Hints
 //
-// For `RegistrationFairness` (a producer that lets a registrant take the
-// sequence lock first, a registrant waiting out the send in progress) and a
-// send's walk over many subscribers.
+// For the sequence lock's waiters (`SequenceGate`: a request spins a
+// counted number of times before it blocks) and a send's walk over many
+// subscribers.
 
 /// One spin-loop hint (x86 `pause`, arm64 `yield`): tells the core that this
 /// thread waits, so a sibling hyperthread runs and the loop leaves no
@@ -233,6 +233,27 @@ static inline bool cab_lock_trylock(cab_lock *_Nonnull l) {
     return pthread_mutex_trylock(&l->lock) == 0;
 #endif
 }
+
+// MARK: - Parking a thread on a word (defined in _CAtomics.c)
+//
+// For the sequence gate's waiters (`SequenceGate`): a thread whose request
+// waits blocks on a word of its own request node until the lock's holder
+// changes it. Linux: a private futex on the word's low 32 bits (the values
+// parked on are small). Elsewhere: a fixed table of mutex/condition pairs
+// picked by the word's address (never freed, so a waker may touch its entry
+// after the waiter returned and its node is gone).
+
+/// Blocks while `*word == expected` (returns at once if not; may return
+/// spuriously: callers loop).
+void cab_park_wait(cab_atomic_int *_Nonnull word, intptr_t expected);
+/// Wakes the threads blocked on `word` by `cab_park_wait`. Call after
+/// changing the word. `word` may be memory its waiter has already given up.
+void cab_park_wake(cab_atomic_int *_Nonnull word);
+/// How this build parks: 1 a Linux futex, 2 a mutex/condition table.
+intptr_t cab_park_mechanism(void);
+/// The calling thread's count of `cab_park_wait` calls (it may be read from
+/// other threads through this address while the thread lives).
+cab_atomic_int *_Nonnull cab_park_thread_waits(void);
 
 // MARK: - Thread identity
 //
@@ -382,6 +403,16 @@ void cab_wm_set_faults(intptr_t bits);
 /// Called before each operation of a modelled thread holding none of our
 /// locks (never nested): the harness may run another logical thread there.
 void cab_wm_set_preempt_hook(void (*_Nullable hook)(void));
+/// A lock that is not a `cab_lock` (the sequence gate) was taken (+1) or
+/// released (-1) by the calling thread: no preemption point while held, as
+/// for `cab_wm_lock`.
+void cab_wm_note_lock(intptr_t delta);
+/// A lock made of one word: its release, a compare-exchange that leaves the
+/// caller's earlier stores buffered up to a mark (as `cab_wm_unlock`), and
+/// its acquisition, after which the last releaser's stores up to its mark
+/// are visible (as `cab_wm_lock`).
+bool cab_wm_cas_release(cab_atomic_int *_Nonnull a, intptr_t *_Nonnull expected, intptr_t desired);
+void cab_wm_word_lock_acquired(cab_atomic_int *_Nonnull a);
 /// Before freeing `[start, start + bytes)`.
 void cab_wm_forget(void *_Nonnull start, size_t bytes);
 
