@@ -739,10 +739,15 @@ final class SchedProgram {
     }
 
     func check() {
-        // `isFinished` and `waitingEmitterCount` take the sequence lock: see
-        // `observingLocked` (outside `observing`, whose flag is global).
+        // `waitingEmitterCount` takes the sequence lock: see `observingLocked`
+        // (outside `observing`, whose flag is global). `isFinished` reads a
+        // word without the lock: the checker looks at it as it looks at the
+        // other lock-free words (the newest store of any thread), since an
+        // unmodelled thread's plain load would not see a finish whose store
+        // still sits in the finisher's buffer (a legal, later-visible state).
         let locked = sequence.map { sequence in
-            FuzzWeakMemory.observingLocked { (sequence.isFinished, sequence.waitingEmitterCount) }
+            let waiting = FuzzWeakMemory.observingLocked { sequence.waitingEmitterCount }
+            return (FuzzWeakMemory.observing { sequence.isFinished }, waiting)
         }
         FuzzWeakMemory.observing { checkObserving(locked) }
     }
