@@ -444,8 +444,12 @@ public final class ConnectionProgress: Sendable {
     /// write completed meanwhile: what was handed to NIO is not being taken,
     /// though the pump has nothing more to write (a quiet topic).
     func isStalled(now: UInt64, limit: UInt64, writable: Bool) -> Bool {
+        // `now` was read before these loads: a write that started or ended
+        // after it has a later stamp, and must count as 0 s old, not (wrapping)
+        // as 584 years (that closed a reading client as "too slow").
+        func age(_ stamp: UInt64) -> UInt64 { now > stamp ? now - stamp : 0 }
         let since = writingSince.load(ordering: .relaxed)
-        if since != 0 && now &- since > limit { return true }
+        if since != 0 && age(since) > limit { return true }
         if writable {
             unwritableSince.store(0, ordering: .relaxed)
             return false
@@ -455,7 +459,7 @@ public final class ConnectionProgress: Sendable {
             unwritableSince.store(now, ordering: .relaxed)
             return false
         }
-        return now &- unwritable > limit && now &- wroteAt.load(ordering: .relaxed) > limit
+        return age(unwritable) > limit && age(wroteAt.load(ordering: .relaxed)) > limit
     }
 
     init(at total: Int) {
