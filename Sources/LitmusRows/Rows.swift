@@ -184,6 +184,26 @@ func reader(
 }
 
 /// Runs `task`'s job if it is queued (a side's step).
+/// Row 1's scenario: a reader parks (side A) while a send (side B) reaches
+/// it; `otherSubscribers` more subscribers, never read, push the send past
+/// the direct wake of a few park words to the parked count.
+func parkSendScenario(_ policy: BroadcastBufferingPolicy, otherSubscribers: Int, _ executor: ManualExecutor) -> Scenario {
+    let sequence = BroadcastSequence<Int, Never>(bufferingPolicy: policy)
+    let subscription = sequence.subscribe()
+    let others = (0..<otherSubscribers).map { _ in sequence.subscribe() }
+    let mailbox = Mailbox()
+    var task: Task<Void, Never>? = reader(subscription, on: executor, mailbox)
+    var delivered = 0
+    return Scenario(
+        sideA: { step(task, executor) },
+        sideB: { delivered = sequence.send(1).delivered },
+        // Capacity 0 drops the element unless the reader waits then.
+        check: { delivered == 0 ? nil : readerCanGoOn(task, mailbox, executor, "a send that delivered") },
+        cleanup: {
+            sequence.finish(); executor.runUntilIdle(); task = nil; _ = subscription; _ = others
+        })
+}
+
 func step(_ task: Task<Void, Never>?, _ executor: ManualExecutor) {
     guard let task else { return }
     let address = ManualExecutor.address(of: task)
@@ -231,21 +251,7 @@ func makeRows() -> [Row] {
                         : [(.wakeSkipsFence, "a locked buffer: the reader's look takes the subscriber lock the send released, which orders it")]),
                 lockOrdered: !lockFree.contains(where: { policyName($0) == policyName(policy) }),
                 jobA: true, jobB: false,
-                make: { executor in
-                    let sequence = BroadcastSequence<Int, Never>(bufferingPolicy: policy)
-                    let subscription = sequence.subscribe()
-                    let mailbox = Mailbox()
-                    var task: Task<Void, Never>? = reader(subscription, on: executor, mailbox)
-                    var delivered = 0
-                    return Scenario(
-                        sideA: { step(task, executor) },
-                        sideB: { delivered = sequence.send(1).delivered },
-                        // Capacity 0 drops the element unless the reader waits then.
-                        check: { delivered == 0 ? nil : readerCanGoOn(task, mailbox, executor, "a send that delivered") },
-                        cleanup: {
-                            sequence.finish(); executor.runUntilIdle(); task = nil; _ = subscription
-                        })
-                }))
+                make: { executor in parkSendScenario(policy, otherSubscribers: 0, executor) }))
     }
 
     // row-1 claims: DRF-RESUME-ONCE
@@ -260,21 +266,7 @@ func makeRows() -> [Row] {
             notShown: [(.parkSkipsFence, "the reader's CAS to parked drains its buffer in a TSO model (C11 needs the fence: an acq_rel CAS does not order a later load of another word)")],
             lockOrdered: false,
             jobA: true, jobB: false,
-            make: { executor in
-                let sequence = BroadcastSequence<Int, Never>(bufferingPolicy: .unbounded)
-                let subscription = sequence.subscribe()
-                let others = (0..<5).map { _ in sequence.subscribe() }
-                let mailbox = Mailbox()
-                var task: Task<Void, Never>? = reader(subscription, on: executor, mailbox)
-                var delivered = 0
-                return Scenario(
-                    sideA: { step(task, executor) },
-                    sideB: { delivered = sequence.send(1).delivered },
-                    check: { delivered == 0 ? nil : readerCanGoOn(task, mailbox, executor, "a send that delivered") },
-                    cleanup: {
-                        sequence.finish(); executor.runUntilIdle(); task = nil; _ = subscription; _ = others
-                    })
-            }))
+            make: { executor in parkSendScenario(.unbounded, otherSubscribers: 5, executor) }))
 
     // row-2 claims: SEQ-FINISH-IDLE-LEAVES
     // Row 2: pop / finish (the drained subscriber that stayed counted). The
