@@ -25,6 +25,12 @@
 #                        without rechecking, under the shard lock, that it
 #                        is idle (a hand-built dictionary's race); caught by
 #                        TopicsTests' subscribe racing the last cancel.
+#   TOPIC_RETIRES_UNDER_SHARD_LOCK
+#                        a topic's notice asks its generation whether it is
+#                        idle (the sequence lock) while holding the shard
+#                        lock, as it once did; caught by LockNestingTests (the
+#                        internal checks trap on a sequence lock taken with a
+#                        shard lock held, in the test's child process).
 #   TOPIC_STARTS_UNBLOCKED
 #                        a topic's new generation registers its listener
 #                        while the previous one's unregister still runs;
@@ -79,6 +85,8 @@ pairs=(
     "GATE_HOLDER_NEVER_SERVES aRequestPushedWhileASendHoldsTheLockIsServedByItsUnlock"
     # TOPIC_RETIRES_BUSY claims: TOPIC-SUBSCRIBE-LEAVE-RACE
     "TOPIC_RETIRES_BUSY aSubscribeRacingTheLastCancelMissesNothingSentAfterIt"
+    # TOPIC_RETIRES_UNDER_SHARD_LOCK claims: TOPIC-NO-WAIT-UNDER-SHARD
+    "TOPIC_RETIRES_UNDER_SHARD_LOCK noRegistryPathTakesASequenceLockWhileHoldingAShardLock"
     # TOPIC_STARTS_UNBLOCKED claims: TOPIC-REGISTER-ALTERNATE
     "TOPIC_STARTS_UNBLOCKED TopicsListenerTests"
     # TORN_BUFFERED_COUNT claims: SEQ-BUFFEREDCOUNT-IN-BOUNDS

@@ -65,6 +65,13 @@ bool cab_tsan_is_active(void) {
 }
 #endif
 
+// MARK: Lock nesting (internal checks)
+
+static _Thread_local intptr_t cab_shard_locks;
+
+void cab_shard_locks_held_add(intptr_t delta) { cab_shard_locks += delta; }
+intptr_t cab_shard_locks_held(void) { return cab_shard_locks; }
+
 // MARK: Parking (the sequence gate's waiters)
 
 // Per thread, so that a test can watch one waiter (another thread may read

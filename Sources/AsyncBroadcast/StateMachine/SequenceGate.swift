@@ -123,6 +123,7 @@ struct SequenceGate: @unchecked Sendable {
     /// runs first, then the lock is granted to it, in arrival order).
     @inlinable @inline(__always)
     func lock() {
+        checkNoShardLockHeld()
         if tryLock() { return }
         _ = waitInLine(body: 0)
     }
@@ -149,6 +150,7 @@ struct SequenceGate: @unchecked Sendable {
     /// before.
     @inlinable
     func withLock<R>(_ body: () -> R) -> R {
+        checkNoShardLockHeld()
         if tryLock() {
             let result = body()
             unlock()
@@ -171,6 +173,17 @@ struct SequenceGate: @unchecked Sendable {
             unlock()
         }
         return result!
+    }
+
+    /// Internal checks: nobody takes a sequence lock while holding a topic
+    /// shard's lock (`ShardLock`), whether or not it would wait.
+    @inlinable @inline(__always)
+    func checkNoShardLockHeld() {
+        #if ASYNCBROADCAST_INTERNAL_CHECKS
+        if cab_shard_locks_held() != 0 {
+            internalInconsistency("a sequence lock taken while holding a topic shard's lock")
+        }
+        #endif
     }
 
     // MARK: Waiting

@@ -97,6 +97,19 @@ enum Fault {
         #endif
     }
 
+    /// A topic's notice checks whether its generation is idle (the sequence
+    /// lock) while holding the shard lock, as it did before: a send to the
+    /// generation then holds up every topic of the shard.
+    @inlinable static var topicRetiresUnderShardLock: Bool {
+        #if ASYNCBROADCAST_FAULT_TOPIC_RETIRES_UNDER_SHARD_LOCK
+        return true
+        #elseif ASYNCBROADCAST_RUNTIME_FAULTS
+        return RuntimeFault.isOn("TOPIC_RETIRES_UNDER_SHARD_LOCK")
+        #else
+        return false
+        #endif
+    }
+
     /// A topic's new generation starts its listener without waiting for
     /// the previous generation's unregister (`register` and unregister may
     /// overlap).

@@ -1,8 +1,9 @@
 // What a topic's registry (`TopicRegistry`) asks of one topic's sequence.
-// Each call takes the sequence lock; the registry calls them holding its
-// shard lock (lock order: shard, then sequence), and nothing here resumes a
-// continuation or runs user code while that lock is held: an idle sequence
-// has no subscriber, no waiting emitter and no running upstream.
+// Each call takes the sequence lock; the registry never calls them holding a
+// shard lock (a send would hold up the shard's other topics; `ShardLock`),
+// and nothing here resumes a continuation or runs user code while the
+// sequence lock is held: an idle sequence has no subscriber, no waiting
+// emitter and no running upstream.
 
 extension BroadcastStorage {
     /// `subscribe(policy:)` without its follow-up: the caller applies it

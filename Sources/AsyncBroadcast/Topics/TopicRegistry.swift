@@ -12,12 +12,16 @@ internal import _CAtomics  // `cab_processor_count`
 /// | **stopping** (listener form) | – or a new generation, not started | finished generations whose run has not stopped | their unregister closures return → *absent*, or the new generation starts → *live* |
 ///
 /// The rules that make it safe:
-/// - A generation is registered and subscribed to only under its shard's
-///   lock, and retired only under it too, after checking (under the
-///   sequence lock) that it is idle: no subscriber, nothing running,
-///   starting, stopping or lingering. So a `subscribe(to:)` either lands on
-///   a generation that stays live, or creates a new one: it can never land
-///   on one being dropped.
+/// - A generation is made live, reserved by a subscribe and taken out of
+///   `live` only under its shard's lock. It is retired as idle only after
+///   it has finished itself because it was idle (no subscriber, nothing
+///   running, starting, stopping or lingering), checked under its sequence
+///   lock with no shard lock held. A subscribe registers under the sequence
+///   lock too, so it either lands on a generation that stays live, or finds
+///   it finished and starts again: it never returns a subscriber of a
+///   generation being dropped.
+/// - No shard lock is held while a sequence lock is taken (`ShardLock`
+///   checks it under the internal checks).
 /// - Sends look the generation up under the shard lock and send outside it;
 ///   a send that raced a retirement finds its generation finished and
 ///   reports nothing delivered.
@@ -85,7 +89,7 @@ final class TopicRegistry<Topic: Hashable & Sendable, Element: Sendable, Failure
     /// One shard: its lock and the topics that hash to it.
     @usableFromInline
     final class Shard: @unchecked Sendable {
-        @usableFromInline let lock = Lock()
+        @usableFromInline let lock = ShardLock()
         /// The live generation of each topic (guarded by `lock`).
         @usableFromInline var live: [Topic: Storage] = [:]
         /// Finished generations whose run has not stopped yet (listener
@@ -211,9 +215,31 @@ final class TopicRegistry<Topic: Hashable & Sendable, Element: Sendable, Failure
     /// The notice of a generation (see `BroadcastStorage.topicObserver`):
     /// retires it if it is live and idle; clears it from `retiring` once its
     /// run has stopped, and then starts the topic's next generation.
+    ///
+    /// The generation is asked (under its sequence lock) with no shard lock
+    /// held, and the registry acts on the answers under the shard lock
+    /// afterwards: a shard lock is never held while waiting for a sequence
+    /// lock (a send to a thousand subscribers), which would hold up every
+    /// topic of the shard. Acting on an answer after the sequence lock is
+    /// released is safe because each answer acted on is final:
+    /// - retired: this notice finished the generation itself, so it is
+    ///   finished whatever happens next. A subscribe that reserved it in
+    ///   between finds it finished when it registers and starts again
+    ///   (`subscribe(to:)`), as after a listener's `sink.finish()`; one
+    ///   that found it finished in `live` retires it itself.
+    /// - finished, and a run stopped: never undone (a finished generation
+    ///   starts no run).
+    /// - busy, or a run not stopped yet: what ends them (a last cancel, a
+    ///   subscribe's end, a run's stop) sends another notice.
     @inlinable
     func generationChanged(_ storage: Storage, topic: Topic) {
         let shard = shard(for: topic)
+        if Fault.topicRetiresUnderShardLock { return generationChangedUnderShardLock(storage, topic: topic) }
+        // A generation a subscribe has reserved is busy: that subscribe
+        // looks again when it is done.
+        let candidate = shard.lock.withLock { shard.live[topic] === storage && storage.pendingSubscribes == 0 }
+        let retirement = candidate ? storage.retireIfIdle() : nil
+        let stopped = storage.runHasStopped
         var unblock: Storage? = nil
         var release: Storage? = nil
         shard.lock.withLock {
@@ -222,26 +248,22 @@ final class TopicRegistry<Topic: Hashable & Sendable, Element: Sendable, Failure
                     release = shard.live.removeValue(forKey: topic)
                     return
                 }
-                // A subscribe between its reservation and its registration
-                // (`subscribe(to:)`): busy; it looks again when it is done.
-                if storage.pendingSubscribes > 0 { return }
-                switch storage.retireIfIdle() {
-                case .busy:
+                switch retirement {
+                case nil, .busy?:
                     return
-                case .retired:
+                case .retired?:
                     // Nothing runs or stops any more: it does not wait in
                     // `retiring`.
                     release = shard.live.removeValue(forKey: topic)
                     return
-                case .finished:
+                case .finished?:
                     // Its listener ended it: out of `live`, and waiting in
                     // `retiring` until its run has stopped (checked below).
                     retire(storage, topic, in: shard)
                 }
             }
-            guard var stopping = shard.retiring[topic],
-                let index = stopping.firstIndex(where: { $0 === storage }),
-                storage.runHasStopped
+            guard stopped, var stopping = shard.retiring[topic],
+                let index = stopping.firstIndex(where: { $0 === storage })
             else { return }
             release = stopping.remove(at: index)
             if stopping.isEmpty {
@@ -252,6 +274,19 @@ final class TopicRegistry<Topic: Hashable & Sendable, Element: Sendable, Failure
             }
         }
         unblock?.unblockStart()
+        withExtendedLifetime(release) {}
+    }
+
+    /// `TOPIC_RETIRES_UNDER_SHARD_LOCK`: the notice as it was, asking the
+    /// generation under the shard lock (the internal checks trap).
+    @inlinable
+    func generationChangedUnderShardLock(_ storage: Storage, topic: Topic) {
+        let shard = shard(for: topic)
+        var release: Storage? = nil
+        shard.lock.withLock {
+            guard shard.live[topic] === storage, storage.pendingSubscribes == 0 else { return }
+            if case .retired = storage.retireIfIdle() { release = shard.live.removeValue(forKey: topic) }
+        }
         withExtendedLifetime(release) {}
     }
 

@@ -255,6 +255,19 @@ intptr_t cab_park_mechanism(void);
 /// other threads through this address while the thread lives).
 cab_atomic_int *_Nonnull cab_park_thread_waits(void);
 
+// MARK: - Lock nesting (internal checks)
+//
+// The rule "nobody waits for a sequence lock while holding a topic shard's
+// lock" is checked, in builds with the library's internal checks, by a
+// per-thread count of the shard locks held: the sequence lock traps when it
+// is taken with the count above zero, whether or not it would have waited.
+
+/// Adds `delta` (+1 taken, -1 released) to the calling thread's count of
+/// topic shard locks held.
+void cab_shard_locks_held_add(intptr_t delta);
+/// The calling thread's count of topic shard locks held.
+intptr_t cab_shard_locks_held(void);
+
 // MARK: - Thread identity
 //
 // A non-zero word naming the calling thread, unique among live threads: lets
