@@ -1,4 +1,6 @@
+#if ASYNCBROADCAST_INTERNAL_CHECKS
 public import _CAtomics  // `cab_shard_locks_held_add` (inlinable callers)
+#endif
 
 /// A topic shard's lock: the OS mutex of `Lock`, which, in builds with the
 /// internal checks, also counts the shard locks the calling thread holds.
