@@ -8,6 +8,12 @@ import PackageDescription
 let internalChecks: [SwiftSetting] = Context.environment["ASYNCBROADCAST_INTERNAL_CHECKS"] == "1"
     ? [.define("ASYNCBROADCAST_INTERNAL_CHECKS")]
     : []
+// The same builds let the C shim park the sequence lock's waiters on the
+// mutex/condition table that Apple platforms use, instead of the futex, when
+// run with ASYNCBROADCAST_PARK_TABLE=1: the table is tested on Linux.
+let internalChecksC: [CSetting] = Context.environment["ASYNCBROADCAST_INTERNAL_CHECKS"] == "1"
+    ? [.define("CAB_INTERNAL_CHECKS")]
+    : []
 
 // `ASYNCBROADCAST_WEAK_MEMORY=1` routes every atomic and lock operation
 // through the weak-memory model in `_CAtomics/WeakMemory.c`, so that the
@@ -41,7 +47,7 @@ let package = Package(
         // Underscored because it is not API: the library imports it publicly
         // only so that clients' specializations of its inlinable hot paths
         // can inline the atomics (as swift-atomics does with `_AtomicsShims`).
-        .target(name: "_CAtomics"),
+        .target(name: "_CAtomics", cSettings: internalChecksC),
         .target(
             name: "AsyncBroadcast",
             dependencies: ["_CAtomics"],

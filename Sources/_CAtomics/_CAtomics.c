@@ -12,6 +12,7 @@
 // runtime defines `__tsan_ignore_thread_begin/end`, and this file refers to
 // them weakly, so they are null when the runtime is absent.
 #include "_CAtomics.h"
+#include <stdlib.h>
 
 // MARK: ThreadSanitizer
 
@@ -80,27 +81,12 @@ static _Thread_local cab_atomic_int cab_park_waits;
 
 cab_atomic_int *_Nonnull cab_park_thread_waits(void) { return &cab_park_waits; }
 
-#if defined(__linux__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-#include <linux/futex.h>
-#include <sys/syscall.h>
-#include <errno.h>
+// Two mechanisms. The table is compiled on every platform and is the only
+// one off Linux (Apple: the gate cannot be built for it here, so the table
+// is exercised on Linux instead: an internal-checks build parks on it when
+// ASYNCBROADCAST_PARK_TABLE=1, and CI runs the gate's tests that way). On
+// Linux, a futex.
 
-// The futex compares the word's low 32 bits (little-endian: its first four
-// bytes); the values parked on are small, so the high half is always 0.
-_Static_assert(sizeof(intptr_t) >= sizeof(uint32_t), "a word holds a futex");
-
-void cab_park_wait(cab_atomic_int *_Nonnull word, intptr_t expected) {
-    atomic_fetch_add_explicit(&cab_park_waits.value, 1, memory_order_relaxed);
-    // EAGAIN (the word changed), EINTR and spurious returns: the caller loops.
-    syscall(SYS_futex, (uint32_t *)(void *)&word->value, FUTEX_WAIT_PRIVATE, (uint32_t)expected, NULL, NULL, 0);
-}
-
-void cab_park_wake(cab_atomic_int *_Nonnull word) {
-    syscall(SYS_futex, (uint32_t *)(void *)&word->value, FUTEX_WAKE_PRIVATE, INT32_MAX, NULL, NULL, 0);
-}
-
-intptr_t cab_park_mechanism(void) { return 1; }
-#else
 // A fixed table of mutex/condition pairs, picked by address (parking_lot's
 // shape, without the queues): a waker locks and unlocks the waiter's bucket
 // after changing the word, so a waiter is either before its check (and sees
@@ -127,8 +113,7 @@ static cab_park_bucket *cab_park_bucket_for(cab_atomic_int *word) {
     return &cab_park_table[((address >> 4) ^ (address >> 12)) % CAB_PARK_BUCKETS];
 }
 
-void cab_park_wait(cab_atomic_int *_Nonnull word, intptr_t expected) {
-    atomic_fetch_add_explicit(&cab_park_waits.value, 1, memory_order_relaxed);
+static void cab_park_table_wait(cab_atomic_int *_Nonnull word, intptr_t expected) {
     cab_park_bucket *bucket = cab_park_bucket_for(word);
     pthread_mutex_lock(&bucket->mutex);
     if (atomic_load_explicit(&word->value, memory_order_acquire) == expected) {
@@ -137,12 +122,71 @@ void cab_park_wait(cab_atomic_int *_Nonnull word, intptr_t expected) {
     pthread_mutex_unlock(&bucket->mutex);
 }
 
-void cab_park_wake(cab_atomic_int *_Nonnull word) {
+static void cab_park_table_wake(cab_atomic_int *_Nonnull word) {
     cab_park_bucket *bucket = cab_park_bucket_for(word);
     pthread_mutex_lock(&bucket->mutex);
     pthread_mutex_unlock(&bucket->mutex);
     pthread_cond_broadcast(&bucket->condition);
 }
 
-intptr_t cab_park_mechanism(void) { return 2; }
+#if defined(__linux__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <errno.h>
+#define CAB_PARK_HAS_FUTEX 1
+
+// The futex compares the word's low 32 bits (little-endian: its first four
+// bytes); the values parked on are small, so the high half is always 0.
+_Static_assert(sizeof(intptr_t) >= sizeof(uint32_t), "a word holds a futex");
+
+static void cab_park_futex_wait(cab_atomic_int *_Nonnull word, intptr_t expected) {
+    // EAGAIN (the word changed), EINTR and spurious returns: the caller loops.
+    syscall(SYS_futex, (uint32_t *)(void *)&word->value, FUTEX_WAIT_PRIVATE, (uint32_t)expected, NULL, NULL, 0);
+}
+
+static void cab_park_futex_wake(cab_atomic_int *_Nonnull word) {
+    syscall(SYS_futex, (uint32_t *)(void *)&word->value, FUTEX_WAKE_PRIVATE, INT32_MAX, NULL, NULL, 0);
+}
 #endif
+
+// 0 until decided, then 1 (futex) or 2 (table), for the whole process: a
+// waiter and its waker must use the same one.
+static _Atomic intptr_t cab_park_choice;
+
+intptr_t cab_park_mechanism(void) {
+    intptr_t choice = atomic_load_explicit(&cab_park_choice, memory_order_relaxed);
+    if (choice != 0) return choice;
+#if defined(CAB_PARK_HAS_FUTEX)
+    choice = 1;
+#if defined(CAB_INTERNAL_CHECKS)
+    const char *table = getenv("ASYNCBROADCAST_PARK_TABLE");
+    if (table != NULL && table[0] == '1' && table[1] == 0) choice = 2;
+#endif
+#else
+    choice = 2;
+#endif
+    // Every thread decides the same: a race stores the same value.
+    atomic_store_explicit(&cab_park_choice, choice, memory_order_relaxed);
+    return choice;
+}
+
+void cab_park_wait(cab_atomic_int *_Nonnull word, intptr_t expected) {
+    atomic_fetch_add_explicit(&cab_park_waits.value, 1, memory_order_relaxed);
+#if defined(CAB_PARK_HAS_FUTEX)
+    if (cab_park_mechanism() == 1) {
+        cab_park_futex_wait(word, expected);
+        return;
+    }
+#endif
+    cab_park_table_wait(word, expected);
+}
+
+void cab_park_wake(cab_atomic_int *_Nonnull word) {
+#if defined(CAB_PARK_HAS_FUTEX)
+    if (cab_park_mechanism() == 1) {
+        cab_park_futex_wake(word);
+        return;
+    }
+#endif
+    cab_park_table_wake(word);
+}

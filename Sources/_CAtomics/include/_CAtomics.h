@@ -249,7 +249,9 @@ void cab_park_wait(cab_atomic_int *_Nonnull word, intptr_t expected);
 /// Wakes the threads blocked on `word` by `cab_park_wait`. Call after
 /// changing the word. `word` may be memory its waiter has already given up.
 void cab_park_wake(cab_atomic_int *_Nonnull word);
-/// How this build parks: 1 a Linux futex, 2 a mutex/condition table.
+/// How this process parks: 1 a Linux futex, 2 the mutex/condition table
+/// (off Linux; on Linux in a build with the internal checks run with
+/// ASYNCBROADCAST_PARK_TABLE=1, so that the table is tested here).
 intptr_t cab_park_mechanism(void);
 /// The calling thread's count of `cab_park_wait` calls (it may be read from
 /// other threads through this address while the thread lives).
