@@ -81,7 +81,9 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 pairs=(
+    # GATE_UNLOCK_IGNORES_REQUESTS claims: GATE-REQUEST-SERVED-BY-HOLDER
     "GATE_UNLOCK_IGNORES_REQUESTS aRequestPushedWhileASendHoldsTheLockIsServedByItsUnlock"
+    # GATE_HOLDER_NEVER_SERVES claims: GATE-REQUEST-SERVED-BY-HOLDER
     "GATE_HOLDER_NEVER_SERVES aRequestPushedWhileASendHoldsTheLockIsServedByItsUnlock"
     # TOPIC_RETIRES_BUSY claims: TOPIC-SUBSCRIBE-LEAVE-RACE
     "TOPIC_RETIRES_BUSY aSubscribeRacingTheLastCancelMissesNothingSentAfterIt"

@@ -61,6 +61,54 @@ import Testing
         #expect(pollAll(again) == [])
     }
 
+    /// A topic whose last subscriber left is finished as idle first and
+    /// taken out of the registry after. A subscribe in between finds it
+    /// finished; its run has stopped, so the new topic's `register` runs in
+    /// that subscribe, on its thread. (Treated like a topic whose
+    /// unregister may still run, it made the new topic wait, and the
+    /// leaver's notice, finishing meanwhile, started it on the leaver's
+    /// thread.) Each step waits for the previous one's flag, never for time.
+    // claims: TOPIC-REGISTER-LIFECYCLE
+    @available(macOS 13, iOS 16, tvOS 16, watchOS 9, *)
+    @Test func aSubscribeWhileTheLastLeaveRetiresTheTopicRegistersOnItsOwnThread() async throws {
+        let registerThreads = Locked<[Int]>([])
+        let topics = Topics(register: { _, _ in
+            registerThreads.withLock { $0.append(Lock.currentThreadID()) }
+            return {}
+        })
+        let noticePaused = Locked(false)
+        let noticeMayGo = Locked(false)
+        let leaveReturned = Locked(false)
+        topics._runBetweenNoticePhases { retiredAsIdle in
+            // The leaver's notice, having finished the topic as idle.
+            guard retiredAsIdle, !noticePaused.value else { return }
+            noticePaused.value = true
+            while !noticeMayGo.value { sched_yield() }
+        }
+        topics._runAfterSubscribeUnlocks {
+            // The racing subscribe, past its shard lock: let the notice
+            // finish, and wait until the leave has returned.
+            guard noticePaused.value, !noticeMayGo.value else { return }
+            noticeMayGo.value = true
+            while !leaveReturned.value { sched_yield() }
+        }
+        let joinerThread = Locked(0)
+        try await raceOnThreads(2, "a subscribe between an idle retirement and its removal") { role in
+            if role == 0 {
+                topics.subscribe(to: "a").cancel()
+                leaveReturned.value = true
+            } else {
+                while !noticePaused.value { sched_yield() }
+                joinerThread.value = Lock.currentThreadID()
+                topics.subscribe(to: "a").cancel()
+            }
+        }
+        let threads = registerThreads.value
+        #expect(threads.count == 2)
+        #expect(threads.last == joinerThread.value, "the second register ran on another thread than its subscribe's")
+        #expect(topics.topicCount == 0)
+    }
+
     // claims: TOPIC-LIVE-STOPAFTER, TOPIC-STOPAFTER-REPLAY-ONLY, TOPIC-REPLAY-WINDOW
     @available(macOS 13, iOS 16, tvOS 16, watchOS 9, *)
     @Test func aSubscriberThatComesBackWithinStopAfterKeepsTheSameListener() async throws {

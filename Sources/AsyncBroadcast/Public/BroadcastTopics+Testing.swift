@@ -48,6 +48,17 @@ extension BroadcastTopics {
     public func _runAfterSubscribeUnlocks(_ hook: @escaping @Sendable () -> Void) {
         registry.afterSubscribeUnlock = hook
     }
+
+    /// Runs `hook` inside every later notice of a topic's generation (its
+    /// last subscriber left, its run stopped), after the notice has asked
+    /// the generation whether it is idle and stopped and before it acts on
+    /// the answers under the shard lock: a test's subscribe lands exactly
+    /// there. `retiredAsIdle`: the notice has just finished the generation
+    /// as idle. Call it before the topics are shared.
+    @_spi(Testing)
+    public func _runBetweenNoticePhases(_ hook: @escaping @Sendable (_ retiredAsIdle: Bool) -> Void) {
+        registry.betweenNoticePhases = hook
+    }
 }
 
 extension BroadcastSink {

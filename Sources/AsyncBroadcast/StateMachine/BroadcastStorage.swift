@@ -71,7 +71,8 @@ final class BroadcastStorage<Element: Sendable, Failure: Error>: @unchecked Send
     @usableFromInline var finishedAsTopic = false
     /// `subscribe(to:)` calls that chose this generation under the shard
     /// lock and have not finished registering (guarded by the topic's shard
-    /// lock): the registry does not retire it as idle meanwhile.
+    /// lock): a notice that sees it leaves the generation alone, and the
+    /// subscribe looks again when it is done.
     @usableFromInline var pendingSubscribes = 0
 
     /// Inlinable, so that a client's specialization creates it without

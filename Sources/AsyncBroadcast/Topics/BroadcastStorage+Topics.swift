@@ -42,16 +42,28 @@ extension BroadcastStorage {
     }
 
     /// Finishes this sequence if it is idle: no subscriber, and for a
-    /// listener no run starting, running, stopping or lingering.
+    /// listener no run starting, running, stopping or lingering. Its
+    /// finished word then says so (`retiredWhileIdle`), for a subscribe that
+    /// finds it in `live` before the registry has taken it out.
     @inlinable
     func retireIfIdle() -> Retirement {
         withState { state, effects in
             if state.terminal != nil { return .finished }
             guard state.subscribers.isEmpty, state.sharing?.isIdle ?? true else { return .busy }
             state.finish(.finished, effects: &effects)
+            lock.finished.storeRelease(Self.finishedWhileIdle)
             return .retired
         }
     }
+
+    /// The finished word's value for a sequence `retireIfIdle` finished (1:
+    /// any other finish).
+    @inlinable static var finishedWhileIdle: Int { 2 }
+
+    /// `retireIfIdle` finished it: nothing of it runs or will run, so a
+    /// topic's next generation need not wait for it (read without the lock).
+    @inlinable
+    var retiredWhileIdle: Bool { lock.finished.loadAcquire() == Self.finishedWhileIdle }
 
     /// Whether the sequence has finished (a listener's `sink.finish()`, or
     /// the registry).

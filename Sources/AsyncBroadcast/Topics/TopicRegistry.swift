@@ -119,6 +119,11 @@ final class TopicRegistry<Topic: Hashable & Sendable, Element: Sendable, Failure
     /// right after its shard lock is released, where another thread's send,
     /// subscribe or finish can come in. Set before the registry is shared.
     @usableFromInline nonisolated(unsafe) var afterSubscribeUnlock: (@Sendable () -> Void)?
+    /// Tests only (`_runBetweenNoticePhases`): runs in `generationChanged`
+    /// after it has asked its generation (idle? stopped?) and before it
+    /// acts on the answers under the shard lock. Set before the registry is
+    /// shared.
+    @usableFromInline nonisolated(unsafe) var betweenNoticePhases: (@Sendable (_ retiredAsIdle: Bool) -> Void)?
 
     @usableFromInline
     init(
@@ -195,7 +200,14 @@ final class TopicRegistry<Topic: Hashable & Sendable, Element: Sendable, Failure
         if let current = shard.live[topic] {
             guard current.hasFinished else { return (current, nil) }
             retired = current
-            retire(current, topic, in: shard)
+            if current.retiredWhileIdle {
+                // Its last notice finished it as idle and will take it out
+                // of `live`: nothing of it runs, so the new generation does
+                // not wait for it (its `register` runs in this subscribe).
+                shard.live[topic] = nil
+            } else {
+                retire(current, topic, in: shard)
+            }
         }
         let stopping = !(shard.retiring[topic]?.isEmpty ?? true)
         let fresh = makeGeneration(for: topic, startBlocked: stopping && !Fault.topicStartsUnblocked)
@@ -236,12 +248,18 @@ final class TopicRegistry<Topic: Hashable & Sendable, Element: Sendable, Failure
         let shard = shard(for: topic)
         if Fault.topicRetiresUnderShardLock { return generationChangedUnderShardLock(storage, topic: topic) }
         // A generation a subscribe has reserved is busy: that subscribe
-        // looks again when it is done.
+        // looks again when it is done. (One reserved after this look may be
+        // retired all the same: its registration then finds it finished
+        // and starts again.)
         let candidate = shard.lock.withLock { shard.live[topic] === storage && storage.pendingSubscribes == 0 }
         let retirement = candidate ? storage.retireIfIdle() : nil
         let stopped = storage.runHasStopped
+        if let hook = betweenNoticePhases {
+            if case .retired? = retirement { hook(true) } else { hook(false) }
+        }
         var unblock: Storage? = nil
         var release: Storage? = nil
+        var movedToRetiring = false
         shard.lock.withLock {
             if shard.live[topic] === storage {
                 if Fault.topicRetiresBusy {
@@ -260,6 +278,7 @@ final class TopicRegistry<Topic: Hashable & Sendable, Element: Sendable, Failure
                     // Its listener ended it: out of `live`, and waiting in
                     // `retiring` until its run has stopped (checked below).
                     retire(storage, topic, in: shard)
+                    movedToRetiring = listener != nil
                 }
             }
             guard stopped, var stopping = shard.retiring[topic],
@@ -275,6 +294,11 @@ final class TopicRegistry<Topic: Hashable & Sendable, Element: Sendable, Failure
         }
         unblock?.unblockStart()
         withExtendedLifetime(release) {}
+        // Its run stopped after `stopped` was read, and that stop's notice
+        // found it still live (reserved by a subscribe, so not looked at):
+        // nobody else would take it out of `retiring`. Once out of `live`,
+        // a later stop's notice finds it there.
+        if movedToRetiring && !stopped && storage.runHasStopped { generationChanged(storage, topic: topic) }
     }
 
     /// `TOPIC_RETIRES_UNDER_SHARD_LOCK`: the notice as it was, asking the
@@ -298,8 +322,10 @@ final class TopicRegistry<Topic: Hashable & Sendable, Element: Sendable, Failure
     /// it (`pendingSubscribes`): the registration itself takes the
     /// generation's sequence lock after the shard lock is released, so a
     /// subscribe never waits for a sequence lock (a long send) while other
-    /// topics of its shard wait for it. While reserved, a generation is not
-    /// retired as idle (`generationChanged`).
+    /// topics of its shard wait for it. A notice that finds a generation
+    /// reserved leaves it alone (`generationChanged`); one that looked
+    /// before the reservation may still retire it, and the registration
+    /// then finds it finished and starts again.
     ///
     /// Two rules close the windows between the shard lock and the return:
     /// - A subscribe from a cancelled task (decided once, here) never
