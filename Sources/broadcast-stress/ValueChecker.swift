@@ -36,7 +36,10 @@
 //    least the value committed when it was called (conflation: the latest
 //    value, never a stale one; the first one too). One subscribed from an
 //    already cancelled task (not registered) gets a snapshot: at least the
-//    value committed when subscribe() was called.
+//    value committed when subscribe() was called; so may one whose task was
+//    cancelled from outside before its subscribe() ran (seen under TSan:
+//    the consumer task started after the cancel), which the checker knows
+//    from `Task.isCancelled` right after subscribe() returned.
 // 4. A subscriber that stays (and did not subscribe from a cancelled task)
 //    ends with F, also one that subscribed after a finish returned: that one
 //    gets exactly [F]. One that subscribed from an already cancelled task
@@ -184,6 +187,10 @@ enum ValueChecker {
             // of the value current at subscribe(), not at next().
             var snapshot = false
             if case .inCancelledTask = subscriber.join { snapshot = true }
+            // Its task cancelled before its subscribe ran (a consumer task
+            // cancelled from outside before it started): possibly a
+            // snapshot too, so only the weaker rule holds.
+            if record.join?.cancelledAtSubscribe == true { snapshot = true }
             if exact, snapshot, let join = record.join, let first = received.first, first < min(join.committedBefore, final) {
                 out.add("conflation", "\(name): its one value is v\(first), though v\(join.committedBefore) was committed before subscribe() was called")
             }

@@ -196,12 +196,13 @@ final class ValueRoundContext<V: StressValue>: Sendable {
     private func bracket<T>(_ subscribe: () -> T) -> (ValueJoinInfo, T) {
         let before = shared.withLock { ($0.completed, $0.committed, $0.finishSeen) }
         let made = subscribe()
+        let cancelled = Task.isCancelled
         let finishStarted = shared.withLock { $0.finishStarted }
-        return (
-            ValueJoinInfo(
-                completedBefore: before.0, committedBefore: before.1, afterFinish: before.2,
-                finishStartedBefore: finishStarted), made
-        )
+        var join = ValueJoinInfo(
+            completedBefore: before.0, committedBefore: before.1, afterFinish: before.2,
+            finishStartedBefore: finishStarted)
+        join.cancelledAtSubscribe = cancelled
+        return (join, made)
     }
 
     /// `subscribe()` now, bracketed.

@@ -11,6 +11,12 @@ struct ValueJoinInfo: Sendable {
     /// A finish had started by the time `subscribe` returned: it may not be
     /// registered (then it ignores its task's cancellation).
     let finishStartedBefore: Bool
+    /// The subscribing task was cancelled when `subscribe` returned: the
+    /// library may have seen it cancelled (a subscriber made inside a
+    /// consumer task that was cancelled before it ran), and then the
+    /// subscriber is a snapshot of the value current at `subscribe`, not
+    /// registered. (False: the library certainly saw a live task.)
+    var cancelledAtSubscribe = false
 
     static func beforeWriting(producers: Int) -> ValueJoinInfo {
         ValueJoinInfo(
