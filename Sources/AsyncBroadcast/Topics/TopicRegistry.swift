@@ -253,7 +253,15 @@ final class TopicRegistry<Topic: Hashable & Sendable, Element: Sendable, Failure
         // and starts again.)
         let candidate = shard.lock.withLock { shard.live[topic] === storage && storage.pendingSubscribes == 0 }
         let retirement = candidate ? storage.retireIfIdle() : nil
-        let stopped = storage.runHasStopped
+        // Whether its run has stopped matters only for a generation that is
+        // or may go into `retiring`: not for one this notice retired as idle
+        // (never there), nor for one it found busy (if a subscribe retires it
+        // meanwhile, that subscribe sends the notice that looks).
+        let stopped: Bool
+        switch retirement {
+        case .retired?, .busy?: stopped = false
+        case .finished?, nil: stopped = storage.runHasStopped
+        }
         if let hook = betweenNoticePhases {
             if case .retired? = retirement { hook(true) } else { hook(false) }
         }
