@@ -263,7 +263,7 @@ struct BroadcastState<Element: Sendable, Failure: Error>: ~Copyable {
     /// the `sparse: fan-out` cell of fanout-compare). Many subscribers keep
     /// the count, so that a send whose readers keep up skips the pass.
     @inlinable
-    func wakeParkedReaders(from start: Int, to end: Int, effects: inout Effects<Element>) {
+    mutating func wakeParkedReaders(from start: Int, to end: Int, effects: inout Effects<Element>) {
         if end &- start <= Self.directWakeLimit {
             Parking.producerFence()
         } else {
