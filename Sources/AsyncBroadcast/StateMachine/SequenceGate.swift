@@ -88,8 +88,9 @@ struct SequenceGate: @unchecked Sendable {
     @inlinable static var flags: Int { 3 }
 
     /// Node words: `next` (a node's address or 0), `state`, `body` (the
-    /// address of the requester's `() -> Void`, or 0 for an exclusive
-    /// request).
+    /// address of the requester's `(UnsafeMutableRawPointer) -> Void`, or 0
+    /// for an exclusive request) and `context` (what the holder passes it:
+    /// the requester's `QueuedRequest`).
     @inlinable static var nodeWords: Int { 4 }
     @inlinable static var waiting: Int { 0 }
     @inlinable static var sleeping: Int { 1 }
@@ -125,7 +126,7 @@ struct SequenceGate: @unchecked Sendable {
     func lock() {
         checkNoShardLockHeld()
         if tryLock() { return }
-        _ = waitInLine(body: 0)
+        _ = waitInLine(body: 0, context: 0)
     }
 
     @inlinable @inline(__always)
@@ -159,20 +160,32 @@ struct SequenceGate: @unchecked Sendable {
         return withLockQueued(body)
     }
 
+    /// A request that waits: its body and result live in a `QueuedRequest`
+    /// on this stack, and the holder runs it through a closure that
+    /// captures nothing (once specialized its context is null). A closure
+    /// capturing `result` and `body` cost four allocations per queued
+    /// request; one remains, the context `withoutActuallyEscaping` makes.
     @inlinable
     func withLockQueued<R>(_ body: () -> R) -> R {
-        var result: R? = nil
-        let grantedToUs: Bool = withoutActuallyEscaping(body) { body in
-            var run: () -> Void = { result = body() }
-            return withUnsafeMutablePointer(to: &run) { run in
-                waitInLine(body: Int(bitPattern: UnsafeMutableRawPointer(run)))
+        withoutActuallyEscaping(body) { body in
+            var request = QueuedRequest(body: body)
+            var run: (UnsafeMutableRawPointer) -> Void = { QueuedRequest<R>.run($0) }
+            let grantedToUs = withUnsafeMutablePointer(to: &request) { request in
+                withUnsafeMutablePointer(to: &run) { run in
+                    waitInLine(
+                        body: Int(bitPattern: UnsafeMutableRawPointer(run)),
+                        context: Int(bitPattern: UnsafeMutableRawPointer(request)))
+                }
             }
+            if grantedToUs {
+                request.result = body()
+                unlock()
+            }
+            guard let result = request.result else {
+                internalInconsistency("a queued request returned neither served nor granted")
+            }
+            return result
         }
-        if grantedToUs {
-            result = body()
-            unlock()
-        }
-        return result!
     }
 
     /// Internal checks: nobody takes a sequence lock while holding a topic
@@ -191,7 +204,7 @@ struct SequenceGate: @unchecked Sendable {
     /// Pushes a request node (exclusive if `body` is 0) and waits until it
     /// is served (`false`: the body ran) or the lock is ours (`true`).
     @usableFromInline @inline(never)
-    func waitInLine(body: Int) -> Bool {
+    func waitInLine(body: Int, context: Int) -> Bool {
         withUnsafeTemporaryAllocation(of: cab_atomic_int.self, capacity: Self.nodeWords) { buffer in
             let node = buffer.baseAddress!
             let next = AtomicInt(unowned: node)
@@ -199,6 +212,7 @@ struct SequenceGate: @unchecked Sendable {
             next.storeRelaxed(0)
             state.storeRelaxed(Self.waiting)
             AtomicInt(unowned: node + 2).storeRelaxed(body)
+            AtomicInt(unowned: node + 3).storeRelaxed(context)
             defer { forgetNode(node) }
             if push(node) {
                 noteLock(1)
@@ -361,8 +375,11 @@ struct SequenceGate: @unchecked Sendable {
         while let first = node(queueHead.loadRelaxed()) {
             let body = AtomicInt(unowned: first + 2).loadRelaxed()
             if body == 0 { return }
+            let context = AtomicInt(unowned: first + 3).loadRelaxed()
             popFirst(first)
-            UnsafeMutableRawPointer(bitPattern: body)!.assumingMemoryBound(to: (() -> Void).self).pointee()
+            UnsafeMutableRawPointer(bitPattern: body)!
+                .assumingMemoryBound(to: ((UnsafeMutableRawPointer) -> Void).self)
+                .pointee(UnsafeMutableRawPointer(bitPattern: context)!)
             // Once `done` is stored the requester may return and its node
             // be gone: a deferred wake then reaches a word nobody waits on
             // (or a later waiter, which looks again), never freed memory
