@@ -25,7 +25,10 @@ func isFinishedWhileSending(subscribers n: Int, seconds: Double) -> CallTimes {
     let storm = stormLoop(
         registrants: 1, seconds: seconds,
         send: { _ = sequence.send($0) },
-        registerOnce: { if sequence.isFinished { print("finished?") } })
+        registerOnce: {
+            if sequence.isFinished { print("finished?") }
+            return 0
+        })
     withExtendedLifetime(idle) {}
     return storm.registrations[0]
 }

@@ -268,6 +268,8 @@ struct ScaleRun: Sendable {
     // registration
     var subscribeNanos: [UInt64] = []
     var cancelNanos: [UInt64] = []
+    /// A storm's `subscribe()` calls alone (`subscribeNanos` holds its pairs).
+    var stormSubscribeNanos: [UInt64] = []
     var sends = 0
     var windowNanos: UInt64 = 0
     /// The producer's time per send before the measuring started.

@@ -21,6 +21,9 @@ import Synchronization
 /// timing), the worst call, and the count past the array's end.
 final class CallTimes: @unchecked Sendable {
     var samples: [UInt64]
+    /// The first step of each call, as the call reported it (a storm's
+    /// `subscribe()` alone), beside `samples` (the whole call).
+    var firstSteps: [UInt64]
     var count = 0
     var worst: UInt64 = 0
     /// The thread's CPU time over the run.
@@ -28,20 +31,26 @@ final class CallTimes: @unchecked Sendable {
     init(capacity: Int) {
         samples = []
         samples.reserveCapacity(capacity)
+        firstSteps = []
+        firstSteps.reserveCapacity(capacity)
     }
     @inline(__always) func record(_ nanos: UInt64) {
         count += 1
         if nanos > worst { worst = nanos }
         if samples.count < samples.capacity { samples.append(nanos) }
     }
+    @inline(__always) func recordFirstStep(_ nanos: UInt64) {
+        if firstSteps.count < firstSteps.capacity { firstSteps.append(nanos) }
+    }
 }
 
 /// One storm: `registrants` threads doing subscribe + cancel and one sender
-/// thread, all released together, for `seconds`.
+/// thread, all released together, for `seconds`. `registerOnce` returns
+/// the time its first step (the `subscribe()`) took.
 func stormLoop(
     registrants r: Int, seconds: Double,
     send: @escaping @Sendable (Int) -> Void,
-    registerOnce: @escaping @Sendable () -> Void
+    registerOnce: @escaping @Sendable () -> UInt64
 ) -> (sends: CallTimes, registrations: [CallTimes], sent: Int, windowNanos: UInt64) {
     let go = Flag()
     let stop = Flag()
@@ -72,8 +81,9 @@ func stormLoop(
             while !go.isSet { sched_yield() }
             while !stop.isSet {
                 let t0 = nowNanos()
-                registerOnce()
+                let firstStep = registerOnce()
                 times.record(nowNanos() &- t0)
+                times.recordFirstStep(firstStep)
             }
             finished.increment()
         }
@@ -103,6 +113,7 @@ extension ScaleRun {
         sendCallNanos = storm.sends.samples
         worstSendNanos = storm.sends.worst
         subscribeNanos = storm.registrations.flatMap(\.samples)
+        stormSubscribeNanos = storm.registrations.flatMap(\.firstSteps)
         registrations = storm.registrations.map(\.count).reduce(0, +)
         worstRegistrationNanos = storm.registrations.map(\.worst).max() ?? 0
     }
@@ -117,7 +128,13 @@ func runStormBroadcast(subscribers n: Int, registrants r: Int, seconds: Double) 
     let storm = stormLoop(
         registrants: r, seconds: seconds,
         send: { _ = sequence.send($0) },
-        registerOnce: { sequence.subscribe().cancel() })
+        registerOnce: {
+            let t0 = nowNanos()
+            let subscription = sequence.subscribe()
+            let t1 = nowNanos()
+            subscription.cancel()
+            return t1 &- t0
+        })
     run.recordStorm(storm)
     if sequence.subscriberCount != n {
         run.error = "subscriberCount \(sequence.subscriberCount) after the storm, expected \(n)"
@@ -147,7 +164,13 @@ func runStormLock(subscribers n: Int, registrants r: Int, seconds: Double) -> Sc
     let storm = stormLoop(
         registrants: r, seconds: seconds,
         send: { peer.yield($0) },
-        registerOnce: { _ = peer.makeStream() })  // released at once: onTermination removes it
+        registerOnce: {
+            let t0 = nowNanos()
+            let stream = peer.makeStream()
+            let t1 = nowNanos()
+            withExtendedLifetime(stream) {}  // released here: onTermination removes it
+            return t1 &- t0
+        })
     run.recordStorm(storm)
     let count = peer.state.withLock { $0.continuations.count }
     if count != n { run.error = "\(count) continuations after the storm, expected \(n)" }
@@ -174,13 +197,13 @@ extension ScaleContext {
         p("")
         p("#### \(ScaleWorkload.registrationStorm.rawValue): R threads doing subscribe() + cancel() without pause, one thread sending to N = \(grouped(n)) idle subscribers")
         p("")
-        p("| R | peer | runs | sends in \(fmt(seconds, 1)) s (median) | ÷ its R = 0 | sender CPU % | send p50 µs | p99 µs | worst send ms (max over runs) | subscribe+cancel pairs/s | pair p99 µs | worst pair ms |")
-        p("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        p("| R | peer | runs | sends in \(fmt(seconds, 1)) s (median) | ÷ its R = 0 | sender CPU % | send p50 µs | p99 µs | worst send ms (max over runs) | subscribe+cancel pairs/s | pair p99 µs | subscribe p99 µs | worst pair ms |")
+        p("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         var zero: [String: Double] = [:]
         for (r, runs) in table {
             for pr in runs {
                 if pr.skipped {
-                    p("| \(r) | \(pr.peer) | 0 | not run | | | | | | | | |")
+                    p("| \(r) | \(pr.peer) | 0 | not run | | | | | | | | | |")
                     continue
                 }
                 let sends = median(pr.runs.map { Double($0.sends) })
@@ -191,11 +214,12 @@ extension ScaleContext {
                 let window = Double(pr.runs.map(\.windowNanos).reduce(0, +)) / 1e9
                 let pairs = Double(pr.runs.map(\.registrations).reduce(0, +))
                 let (_, r99, _) = spread(pr.runs.flatMap(\.subscribeNanos))
+                let (_, sub99, _) = spread(pr.runs.flatMap(\.stormSubscribeNanos))
                 let rworst = Double(pr.runs.map(\.worstRegistrationNanos).max() ?? 0)
                 let peer = pr.error.map { "\(pr.peer) **WRONG: \($0)**" } ?? pr.peer
                 let cpu = median(pr.runs.map { Double($0.senderCPUNanos) / Double(Swift.max($0.windowNanos, 1)) * 100 })
                 p("| \(r) | \(peer) | \(pr.runs.count) | \(grouped(Int(sends))) | \(ratio) | \(fmt(cpu, 0)) | \(micros(s50)) | \(micros(s99)) "
-                    + "| \(fmt(worst / 1e6, 2)) | \(r == 0 ? "–" : grouped(Int(pairs / window))) | \(r == 0 ? "–" : micros(r99)) "
+                    + "| \(fmt(worst / 1e6, 2)) | \(r == 0 ? "–" : grouped(Int(pairs / window))) | \(r == 0 ? "–" : micros(r99)) | \(r == 0 ? "–" : micros(sub99)) "
                     + "| \(r == 0 ? "–" : fmt(rworst / 1e6, 2)) |")
             }
         }
@@ -204,7 +228,7 @@ extension ScaleContext {
             + "lock+AsyncStream: its streams with `.bufferingNewest(1)`), while R pthreads each loop `subscribe()` + `cancel()` "
             + "(lock+AsyncStream: `makeStream()` and releasing the stream) without pause, all started together for "
             + "\(fmt(seconds, 1)) s. Send: the time of one `send` call (clock reads included); worst send: the longest single "
-            + "call seen. Sender CPU: the sender thread's CPU time / the window (100: it ran all the time). Pairs: subscribe + cancel pairs completed by all R threads per second; pair p99: one pair's time. "
+            + "call seen. Sender CPU: the sender thread's CPU time / the window (100: it ran all the time). Pairs: subscribe + cancel pairs completed by all R threads per second; pair p99: one pair's time; subscribe p99: the `subscribe()` (lock+AsyncStream: `makeStream()`) alone, inside the pair. "
             + "R + 1 threads on \(sysconf(Int32(_SC_NPROCESSORS_ONLN))) CPUs: from R = 2 on, the threads also compete for the CPU. "
             + "Checked: the subscriber count is N afterwards and every steady subscriber holds exactly the last element sent "
             + "(AsyncBroadcast: and counts every other one as dropped).")
