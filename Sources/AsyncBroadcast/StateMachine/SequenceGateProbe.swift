@@ -9,8 +9,9 @@ internal import _CAtomics
 public final class SequenceGateProbe: @unchecked Sendable {
     let gate = SequenceGate()
     let node = UnsafeMutablePointer<cab_atomic_int>.allocate(capacity: SequenceGate.nodeWords)
-    /// The request's body, where the holder finds it (a stable address).
-    let body = UnsafeMutablePointer<() -> Void>.allocate(capacity: 1)
+    /// The request's body, where the holder finds it (a stable address),
+    /// called with the node's address as its context.
+    let body = UnsafeMutablePointer<(UnsafeMutableRawPointer) -> Void>.allocate(capacity: 1)
     /// Times the request's body ran (by the holder, or by side B itself).
     @_spi(Testing) public private(set) var bodyRuns = 0
     var tookTheLock = false
@@ -20,8 +21,8 @@ public final class SequenceGateProbe: @unchecked Sendable {
     /// count: `unlockAsHolder` counts it).
     @_spi(Testing) public init(exclusiveRequest: Bool) {
         exclusive = exclusiveRequest
-        body.initialize(to: {})
-        body.pointee = { [unowned self] in bodyRuns += 1 }
+        body.initialize(to: { _ in })
+        body.pointee = { [unowned self] _ in bodyRuns += 1 }
         gate.word.storeRelaxed(SequenceGate.locked)
         AtomicInt(unowned: node).storeRelaxed(0)
         AtomicInt(unowned: node + 1).storeRelaxed(SequenceGate.waiting)
@@ -37,6 +38,7 @@ public final class SequenceGateProbe: @unchecked Sendable {
     /// (`lock()`), up to the point where it would wait.
     @_spi(Testing) public func request() {
         AtomicInt(unowned: node + 2).storeRelaxed(exclusive ? 0 : Int(bitPattern: UnsafeMutableRawPointer(body)))
+        AtomicInt(unowned: node + 3).storeRelaxed(exclusive ? 0 : Int(bitPattern: node))
         if gate.push(node) {
             gate.noteLock(1)
             gate.modelAcquired()
