@@ -24,10 +24,8 @@ struct SPSCSegment<Element> {
     /// A whole cache line: the consumer reads `end` on every pop, so no slot
     /// the producer writes may share its line.
     @inlinable static var headerSize: Int { 64 }
-    /// The alignment the segment's memory needs: a cache line, so that the
-    /// producer can keep the base-2 log of its capacity in the low six bits
-    /// of its address (`SPSCRing.producerSegmentWord`).
-    @inlinable static var alignment: Int { Swift.max(MemoryLayout<Element>.alignment, 64) }
+    /// The alignment the segment's memory needs (its header holds words).
+    @inlinable static var alignment: Int { Swift.max(MemoryLayout<Element>.alignment, MemoryLayout<Int>.alignment) }
     @inlinable static var slotsOffset: Int {
         let alignment = MemoryLayout<Element>.alignment
         return (headerSize + alignment - 1) & ~(alignment - 1)
@@ -119,20 +117,13 @@ struct SPSCSegment<Element> {
 /// - Index `i` of a segment lives in `slots[i & mask]`; a producer never has
 ///   more than `capacity` unread elements in one segment, so live slots
 ///   never collide.
-/// - The producer's words (`tail`, `producerLimit`, `producerCachedHead`,
-///   `producerSegmentWord`) are written only under the sequence lock; the
+/// - The producer's words (`tail`, `producerTail`, `producerCachedHead`,
+///   `producerSegment`) are written only under the sequence lock; the
 ///   consumer's (`head`, `consumerHead`, `consumerCachedTail`,
 ///   `consumerSegment`) only by the holder of the consumer slot. Each side's
 ///   words share a cache line that the other side never writes. Only `tail`,
 ///   `head` and a segment's `end` cross threads, with release/acquire; the
 ///   other words are plain loads and stores (never atomic, never mixed).
-/// - `producerLimit` is never above `max(producerCachedHead, base) +
-///   capacity` of the producer's segment and never below `tail`: a push
-///   that reaches it looks at `head` (and the segment's header) again. A
-///   push below it touches only the producer's line and a slot, never the
-///   segment's header, a line of its own that is cold when a send reaches a
-///   subscriber that has not been sent to for a while (the sparse fan-out
-///   cell of fanout-compare: about 100 ns a delivery).
 /// - Every segment from the consumer's to the producer's is reachable through
 ///   `next` and not yet freed; the consumer frees one (unless it is the inline
 ///   first one) after reading its last element, when the producer has
@@ -147,7 +138,7 @@ struct SPSCRing<Element>: @unchecked Sendable {
     /// Words the ring uses on each side, from the word it is given.
     @inlinable static var wordsPerSide: Int { 4 }
 
-    /// `tail` (atomic), `producerLimit`, `producerCachedHead`, `producerSegmentWord`.
+    /// `tail` (atomic), `producerTail`, `producerCachedHead`, `producerSegment`.
     @usableFromInline let producer: UnsafeMutableRawPointer
     /// `head` (atomic), `consumerHead`, `consumerCachedTail`, `consumerSegment`.
     @usableFromInline let consumer: UnsafeMutableRawPointer
@@ -163,7 +154,6 @@ struct SPSCRing<Element>: @unchecked Sendable {
         consumer = UnsafeMutableRawPointer(consumerWords.raw)
         let first = SPSCSegment<Element>.initialize(firstSegment, base: 0, capacity: capacity)
         producerSegment = first
-        producerLimit = capacity
         consumerSegment = first
     }
 
@@ -193,12 +183,7 @@ struct SPSCRing<Element>: @unchecked Sendable {
     @inlinable @inline(__always) var tail: AtomicInt { AtomicInt(unowned: producer.assumingMemoryBound(to: cab_atomic_int.self)) }
     @inlinable @inline(__always) var head: AtomicInt { AtomicInt(unowned: consumer.assumingMemoryBound(to: cab_atomic_int.self)) }
 
-    /// The producer's own `tail`: only it stores `tail`, so a relaxed load
-    /// returns its last store.
-    @inlinable @inline(__always) var producerTail: Int { tail.loadRelaxed() }
-    /// The `tail` at which the producer's segment is full as far as the
-    /// producer knows (see the type's invariants).
-    @inlinable @inline(__always) var producerLimit: Int {
+    @inlinable @inline(__always) var producerTail: Int {
         get { producer.load(fromByteOffset: 8, as: Int.self) }
         nonmutating set { producer.storeBytes(of: newValue, toByteOffset: 8, as: Int.self) }
     }
@@ -206,29 +191,10 @@ struct SPSCRing<Element>: @unchecked Sendable {
         get { producer.load(fromByteOffset: 16, as: Int.self) }
         nonmutating set { producer.storeBytes(of: newValue, toByteOffset: 16, as: Int.self) }
     }
-    /// The producer's segment's address (aligned to a cache line) with the
-    /// base-2 log of its capacity in the low six bits: a push finds its slot
-    /// without reading the segment's header.
-    @inlinable @inline(__always) var producerSegmentWord: Int {
-        get { producer.load(fromByteOffset: 24, as: Int.self) }
-        nonmutating set { producer.storeBytes(of: newValue, toByteOffset: 24, as: Int.self) }
-    }
     @inlinable @inline(__always) var producerSegment: SPSCSegment<Element> {
-        get { SPSCSegment(UnsafeMutableRawPointer(bitPattern: producerSegmentWord & ~63).unsafelyUnwrapped) }
-        nonmutating set {
-            let address = Int(bitPattern: newValue.raw)
-            internalInvariant(address & 63 == 0, "a segment not aligned to a cache line")
-            producerSegmentWord = address | newValue.capacity.trailingZeroBitCount
-        }
+        get { SPSCSegment(producer.load(fromByteOffset: 24, as: UnsafeMutableRawPointer.self)) }
+        nonmutating set { producer.storeBytes(of: newValue.raw, toByteOffset: 24, as: UnsafeMutableRawPointer.self) }
     }
-    /// The slots of the segment `word` (a `producerSegmentWord`) names.
-    @inlinable @inline(__always)
-    static func slots(ofSegmentWord word: Int) -> UnsafeMutablePointer<Element> {
-        (UnsafeMutableRawPointer(bitPattern: word & ~63).unsafelyUnwrapped + SPSCSegment<Element>.slotsOffset)
-            .assumingMemoryBound(to: Element.self)
-    }
-    @inlinable @inline(__always)
-    static func capacity(ofSegmentWord word: Int) -> Int { 1 &<< (word & 63) }
 
     @inlinable @inline(__always) var consumerHead: Int {
         get { consumer.load(fromByteOffset: 8, as: Int.self) }
@@ -287,13 +253,7 @@ struct SPSCRing<Element>: @unchecked Sendable {
         guard internalChecksEnabled else { return }
         let segment = producerSegment
         let producerTail = producerTail
-        internalInvariant(
-            Self.capacity(ofSegmentWord: producerSegmentWord) == segment.capacity,
-            "the producer's segment word says \(Self.capacity(ofSegmentWord: producerSegmentWord)) slots, its header \(segment.capacity)")
-        let knownEnd = Swift.max(producerCachedHead, segment.base) + segment.capacity
-        internalInvariant(
-            producerTail <= producerLimit && producerLimit <= knownEnd,
-            "producer limit \(producerLimit) outside [tail \(producerTail), \(knownEnd)]")
+        internalInvariant(tail.loadRelaxed() == producerTail, "published tail \(tail.loadRelaxed()) != producer tail \(producerTail)")
         internalInvariant(producerCachedHead <= producerTail, "cached head \(producerCachedHead) ahead of tail \(producerTail)")
         internalInvariant(head.loadAcquire() <= producerTail, "consumer head ahead of tail \(producerTail)")
         internalInvariant(segment.capacity & segment.mask == 0, "segment capacity \(segment.capacity) is not a power of two")
@@ -317,28 +277,19 @@ struct SPSCRing<Element>: @unchecked Sendable {
         return fresh
     }
 
-    /// Reloads the consumer's `head` and sets `producerLimit` from it,
-    /// linking a new segment if the producer's is really full at
-    /// `producerTail` (the producer's unpublished tail).
-    @inlinable
-    func refreshLimit(at producerTail: Int) {
-        var segment = producerSegment
-        producerCachedHead = head.loadAcquire()
-        var limit = Swift.max(producerCachedHead, segment.base) + segment.capacity
-        if limit == producerTail {
-            segment = linkSegment(after: segment, at: producerTail)
-            limit = producerTail + segment.capacity
-        }
-        producerLimit = limit
-    }
-
     @inlinable
     func push(_ element: consuming Element) {
+        var segment = producerSegment
         let producerTail = producerTail
-        if producerTail == producerLimit { refreshLimit(at: producerTail) }
-        let word = producerSegmentWord
-        (Self.slots(ofSegmentWord: word) + (producerTail & (Self.capacity(ofSegmentWord: word) &- 1))).initialize(to: element)
-        tail.storeRelease(producerTail &+ 1)
+        if producerTail - Swift.max(producerCachedHead, segment.base) == segment.capacity {
+            producerCachedHead = head.loadAcquire()
+            if producerTail - Swift.max(producerCachedHead, segment.base) == segment.capacity {
+                segment = linkSegment(after: segment, at: producerTail)
+            }
+        }
+        (segment.slots + (producerTail & segment.mask)).initialize(to: element)
+        self.producerTail = producerTail + 1
+        tail.storeRelease(producerTail + 1)
     }
 
     /// Appends `elements` in order and publishes `tail` once.
@@ -348,19 +299,26 @@ struct SPSCRing<Element>: @unchecked Sendable {
         var remaining = elements.count
         var producerTail = producerTail
         while remaining > 0 {
-            if producerLimit - producerTail < remaining { refreshLimit(at: producerTail) }
-            let word = producerSegmentWord
-            let slots = Self.slots(ofSegmentWord: word)
-            let capacity = Self.capacity(ofSegmentWord: word)
-            let count = Swift.min(producerLimit - producerTail, remaining)
-            let start = producerTail & (capacity - 1)
-            let first = Swift.min(count, capacity - start)
-            (slots + start).initialize(from: source, count: first)
-            if count > first { slots.initialize(from: source + first, count: count - first) }
+            var segment = producerSegment
+            var free = segment.capacity - (producerTail - Swift.max(producerCachedHead, segment.base))
+            if free < remaining {
+                producerCachedHead = head.loadAcquire()
+                free = segment.capacity - (producerTail - Swift.max(producerCachedHead, segment.base))
+                if free == 0 {
+                    segment = linkSegment(after: segment, at: producerTail)
+                    free = segment.capacity
+                }
+            }
+            let count = Swift.min(free, remaining)
+            let start = producerTail & segment.mask
+            let first = Swift.min(count, segment.capacity - start)
+            (segment.slots + start).initialize(from: source, count: first)
+            if count > first { segment.slots.initialize(from: source + first, count: count - first) }
             producerTail += count
             source += count
             remaining -= count
         }
+        self.producerTail = producerTail
         tail.storeRelease(producerTail)
     }
 
